@@ -1,0 +1,129 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Pool is the set of nodes rlproxy runs limiters on.
+type Pool struct {
+	nodes    []*Node
+	cluster  bool
+	embedded *Embedded
+}
+
+// Open connects to the configured backends, or starts the embedded
+// in-memory server when none are configured, and loads the scripts.
+func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = 500 * time.Millisecond
+	}
+	p := &Pool{}
+	switch {
+	case len(o.Cluster) > 0:
+		c, err := clusterClient(o)
+		if err != nil {
+			return nil, err
+		}
+		p.cluster = true
+		p.nodes = []*Node{{name: "cluster " + c.Options().Addrs[0], client: c}}
+	case len(o.Backends) > 0:
+		for _, u := range o.Backends {
+			opt, err := redis.ParseURL(u)
+			if err != nil {
+				return nil, fmt.Errorf("backend %q: %w", u, err)
+			}
+			applyTimeouts(opt, o)
+			p.nodes = append(p.nodes, &Node{name: opt.Addr, client: redis.NewClient(opt)})
+		}
+	default:
+		e, err := StartEmbedded()
+		if err != nil {
+			return nil, err
+		}
+		p.embedded = e
+		opt := &redis.Options{Addr: e.Addr()}
+		applyTimeouts(opt, o)
+		p.nodes = []*Node{{name: "embedded " + e.Addr(), client: redis.NewClient(opt)}}
+		log.Info("no backend configured: using the embedded in-memory backend (state is lost on exit; use --backend redis://host:port for real use)")
+	}
+	// A node that is down now may come up later: loading scripts is an
+	// optimisation (EVALSHA falls back to EVAL), so failures only warn.
+	for _, n := range p.nodes {
+		if err := n.loadScripts(ctx, o.Scripts); err != nil {
+			log.Warn("could not preload scripts", "node", n.name, "err", err)
+		}
+	}
+	return p, nil
+}
+
+func applyTimeouts(opt *redis.Options, o Options) {
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
+	opt.PoolSize = o.PoolSize
+}
+
+func clusterClient(o Options) (*redis.ClusterClient, error) {
+	var copt *redis.ClusterOptions
+	for _, u := range o.Cluster {
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("cluster seed %q: %w", u, err)
+		}
+		if copt == nil {
+			copt = &redis.ClusterOptions{
+				Username:  opt.Username,
+				Password:  opt.Password,
+				TLSConfig: opt.TLSConfig,
+			}
+		}
+		copt.Addrs = append(copt.Addrs, opt.Addr)
+	}
+	copt.DialTimeout, copt.ReadTimeout, copt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
+	copt.PoolSize = o.PoolSize
+	return redis.NewClusterClient(copt), nil
+}
+
+func (n *Node) loadScripts(ctx context.Context, scripts []*redis.Script) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for _, s := range scripts {
+		var err error
+		if c, ok := n.client.(*redis.ClusterClient); ok {
+			err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				return s.Load(ctx, m).Err()
+			})
+		} else {
+			err = s.Load(ctx, n.client).Err()
+		}
+		if err != nil {
+			return n.wrap(err)
+		}
+	}
+	return nil
+}
+
+// Nodes are the pool's nodes. A cluster is one node: its client routes by slot.
+func (p *Pool) Nodes() []*Node { return p.nodes }
+
+// IsCluster reports whether the pool is a Redis Cluster.
+func (p *Pool) IsCluster() bool { return p.cluster }
+
+// Embedded reports whether the pool is the embedded in-memory server.
+func (p *Pool) Embedded() bool { return p.embedded != nil }
+
+// Close closes every client (and stops the embedded server).
+func (p *Pool) Close() error {
+	var errs []error
+	for _, n := range p.nodes {
+		errs = append(errs, n.client.Close())
+	}
+	if p.embedded != nil {
+		p.embedded.Close()
+	}
+	return errors.Join(errs...)
+}

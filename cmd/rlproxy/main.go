@@ -1,0 +1,85 @@
+// Command rlproxy is a rate limiter that speaks the Redis protocol: any
+// Redis client calls RL.SETRATE / RL.ACQUIRE on it, and it runs each call
+// as a Lua script on ordinary Redis servers.
+//
+//	rlproxy                                  # embedded in-memory backend on 127.0.0.1:6380
+//	rlproxy --config rlproxy.yaml
+//	rlproxy --backend redis://127.0.0.1:6379 --backend redis://127.0.0.1:6381
+//	rlproxy --cluster redis://127.0.0.1:7000
+//
+// rlproxy --help lists every option.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/proxy"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(args, stderr)
+	switch {
+	case errors.Is(err, config.ErrHelp):
+		return 0
+	case errors.Is(err, config.ErrVersion):
+		fmt.Fprintln(stdout, "rlproxy", proxy.Version)
+		return 0
+	case err != nil:
+		fmt.Fprintln(stderr, "rlproxy:", err)
+		return 2
+	}
+	log := newLogger(cfg, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	p, err := proxy.Start(ctx, cfg, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "rlproxy:", err)
+		return 1
+	}
+	log.Info("rlproxy listening", "addr", p.Addr(), "version", proxy.Version, "backends", describe(cfg))
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+		p.Close()
+		return 0
+	case err := <-p.Done():
+		if err != nil {
+			fmt.Fprintln(stderr, "rlproxy:", err)
+			return 1
+		}
+		return 0
+	}
+}
+
+func describe(cfg config.Config) string {
+	switch {
+	case len(cfg.Cluster) > 0:
+		return fmt.Sprintf("cluster %v", cfg.Cluster)
+	case len(cfg.Backends) > 0:
+		return fmt.Sprintf("%d standalone node(s)", len(cfg.Backends))
+	}
+	return "embedded in-memory"
+}
+
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

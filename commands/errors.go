@@ -1,0 +1,27 @@
+package commands
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Errors of argument parsing, worded like Redis's own. The server adds
+// the "ERR " prefix to errors that do not start with an upper-case code.
+var (
+	ErrSyntax = errors.New("syntax error")
+)
+
+// ArityError: a command got the wrong number of arguments.
+func ArityError(name string) error {
+	return fmt.Errorf("wrong number of arguments for '%s' command", strings.ToLower(name))
+}
+
+// quote shows a user's argument inside an error: one line, bounded length.
+func quote(s string) string {
+	const max = 64
+	if len(s) > max {
+		s = s[:max] + "..."
+	}
+	return "'" + strings.NewReplacer("\r", "\\r", "\n", "\\n").Replace(s) + "'"
+}

@@ -1,0 +1,161 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/sharding"
+)
+
+// ErrWaitUnsupported answers TIMEOUT and BLOCK until waiting is built.
+var ErrWaitUnsupported = errors.New("TIMEOUT and BLOCK are not supported yet: call RL.ACQUIRE without them and retry after retry_after_ms")
+
+// Limiters returns the RL.* commands, served by l.
+func Limiters(l *sharding.Limiters, o Options) []Command {
+	h := &handlers{l: l, o: o}
+	key := Arg{Name: "key", Type: "key"}
+	return []Command{
+		{
+			Name: "RL.SETRATE", Arity: -4, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
+			Summary: "Creates a rate limiter or changes its rate. Returns 1 when the stored config was created or changed, 0 when it was left as it was.",
+			Args: []Arg{key, {Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"},
+				{Name: "algo", Type: "oneof", Token: "ALGO", Optional: true, Args: algoTokens()},
+				{Name: "burst", Type: "integer", Token: "BURST", Optional: true},
+				{Name: "shards", Type: "string", Token: "SHARDS", Optional: true},
+				{Name: "mode", Type: "oneof", Token: "MODE", Optional: true, Args: []Arg{
+					{Name: "overall", Type: "pure-token", Token: "OVERALL"},
+					{Name: "per_client", Type: "pure-token", Token: "PER_CLIENT"}}},
+				{Name: "ttl", Type: "string", Token: "TTL", Optional: true},
+				{Name: "condition", Type: "oneof", Optional: true, Args: []Arg{
+					{Name: "nx", Type: "pure-token", Token: "NX"},
+					{Name: "keepstate", Type: "pure-token", Token: "KEEPSTATE"}}},
+			},
+			Handler: h.setRate,
+		},
+		{
+			Name: "RL.ACQUIRE", Arity: -2, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
+			Summary: "Acquires permits. Returns [granted, remaining, retry_after_ms, reset_after_ms].",
+			Args: []Arg{key, {Name: "permits", Type: "integer", Optional: true},
+				{Name: "wait", Type: "oneof", Optional: true, Args: []Arg{
+					{Name: "timeout", Type: "string", Token: "TIMEOUT"},
+					{Name: "block", Type: "pure-token", Token: "BLOCK"}}},
+			},
+			Handler: h.acquire,
+		},
+		{
+			Name: "RL.AVAILABLE", Arity: 2, Flags: []string{"readonly"}, KeyPos: 1, Group: "ratelimit",
+			Summary: "Returns the permits available now.",
+			Args:    []Arg{key}, Handler: h.available,
+		},
+		{
+			Name: "RL.GETRATE", Arity: 2, Flags: []string{"readonly"}, KeyPos: 1, Group: "ratelimit",
+			Summary: "Returns a limiter's config as field/value pairs, or nil when there is no such limiter.",
+			Args:    []Arg{key}, Handler: h.getRate,
+		},
+		{
+			Name: "RL.RELEASE", Arity: 3, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
+			Summary: "Gives permits back (never above capacity). Returns the permits available afterwards.",
+			Args:    []Arg{key, {Name: "permits", Type: "integer"}}, Handler: h.release,
+		},
+		{
+			Name: "RL.RESET", Arity: 2, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
+			Summary: "Clears a limiter's state (keeps its config). Returns 1 if the limiter exists, else 0.",
+			Args:    []Arg{key}, Handler: h.reset,
+		},
+		{
+			Name: "RL.DEL", Arity: 2, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
+			Summary: "Deletes a limiter. Returns 1 if it existed, else 0.",
+			Args:    []Arg{key}, Handler: h.del,
+		},
+	}
+}
+
+func algoTokens() []Arg {
+	args := make([]Arg, len(limiter.Algos))
+	for i, a := range limiter.Algos {
+		args[i] = Arg{Name: string(a), Type: "pure-token", Token: string(a)}
+	}
+	return args
+}
+
+type handlers struct {
+	l *sharding.Limiters
+	o Options
+}
+
+func (h *handlers) setRate(ctx context.Context, _ Caller, args []string) (any, error) {
+	r, err := ParseSetRate(args, h.o)
+	if err != nil {
+		return nil, err
+	}
+	if !h.l.Supports(r.Config.Algo) {
+		return nil, fmt.Errorf("algorithm '%s' is not supported yet", r.Config.Algo)
+	}
+	if r.Config.Shards > 1 {
+		return nil, fmt.Errorf("SHARDS above 1 is not supported yet")
+	}
+	changed, err := h.l.SetRate(ctx, r.Name, r.Config, r.SetRateOptions)
+	return boolInt(changed), err
+}
+
+func (h *handlers) acquire(ctx context.Context, c Caller, args []string) (any, error) {
+	r, err := ParseAcquire(args)
+	if err != nil {
+		return nil, err
+	}
+	if r.Block || r.Timeout > 0 {
+		return nil, ErrWaitUnsupported
+	}
+	res, err := h.l.Acquire(ctx, sharding.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits})
+	if err != nil {
+		return nil, err
+	}
+	return []any{boolInt(res.Granted), res.Remaining, res.RetryAfterMs, res.ResetAfterMs}, nil
+}
+
+func (h *handlers) available(ctx context.Context, c Caller, args []string) (any, error) {
+	return h.l.Available(ctx, sharding.Request{Name: args[1], Client: c.Name()})
+}
+
+func (h *handlers) getRate(ctx context.Context, _ Caller, args []string) (any, error) {
+	cfg, err := h.l.GetRate(ctx, args[1])
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	return Map{
+		"rate", cfg.Rate,
+		"interval_ms", cfg.Interval.Milliseconds(),
+		"algo", string(cfg.Algo),
+		"burst", cfg.Burst,
+		"shards", int64(cfg.Shards),
+		"mode", string(cfg.Mode),
+		"ttl_ms", cfg.TTL.Milliseconds(),
+	}, nil
+}
+
+func (h *handlers) release(ctx context.Context, c Caller, args []string) (any, error) {
+	n, err := parseCount("permits", args[2], limiter.MaxRate)
+	if err != nil {
+		return nil, err
+	}
+	return h.l.Release(ctx, sharding.Request{Name: args[1], Client: c.Name(), Permits: n})
+}
+
+func (h *handlers) reset(ctx context.Context, _ Caller, args []string) (any, error) {
+	ok, err := h.l.Reset(ctx, args[1])
+	return boolInt(ok), err
+}
+
+func (h *handlers) del(ctx context.Context, _ Caller, args []string) (any, error) {
+	ok, err := h.l.Del(ctx, args[1])
+	return boolInt(ok), err
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,197 @@
+package commands
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/sharding"
+)
+
+// Options are the server-wide settings commands depend on.
+type Options struct {
+	DefaultShards int   // SHARDS when not given
+	ShardRate     int64 // permits/s per sub-limiter for SHARDS AUTO
+	MaxAutoShards int   // cap for SHARDS AUTO
+	// MaxShards is the largest SHARDS accepted (limiter.MaxShards when 0).
+	MaxShards int
+}
+
+// maxTTL bounds the TTL option (about ten years).
+const maxTTL = 3650 * 24 * time.Hour
+
+// SetRate is a parsed RL.SETRATE.
+type SetRate struct {
+	Name   string
+	Config limiter.Config
+	sharding.SetRateOptions
+}
+
+// ParseSetRate parses RL.SETRATE key rate interval [ALGO name] [BURST n]
+// [SHARDS n|AUTO] [MODE OVERALL|PER_CLIENT] [TTL duration] [NX|KEEPSTATE].
+// args[0] is the command name.
+func ParseSetRate(args []string, o Options) (SetRate, error) {
+	if len(args) < 4 {
+		return SetRate{}, ArityError(args[0])
+	}
+	r := SetRate{Name: args[1], Config: limiter.Config{Algo: limiter.TokenBucket, Mode: limiter.Overall}}
+	var err error
+	if r.Config.Rate, err = parseCount("rate", args[2], limiter.MaxRate); err != nil {
+		return SetRate{}, err
+	}
+	if r.Config.Interval, err = ParseDuration("interval", args[3], limiter.MaxInterval); err != nil {
+		return SetRate{}, err
+	}
+	var burst int64
+	auto, shards := false, int64(o.DefaultShards)
+	seen := map[string]bool{}
+	for i := 4; i < len(args); i++ {
+		opt := strings.ToUpper(args[i])
+		if seen[opt] {
+			return SetRate{}, fmt.Errorf("syntax error: option %s given twice", opt)
+		}
+		seen[opt] = true
+		value := func() (string, error) {
+			if i+1 >= len(args) {
+				return "", fmt.Errorf("syntax error: option %s needs a value", opt)
+			}
+			i++
+			return args[i], nil
+		}
+		var v string
+		switch opt {
+		case "NX":
+			r.NX = true
+			continue
+		case "KEEPSTATE":
+			r.KeepState = true
+			continue
+		case "ALGO", "BURST", "SHARDS", "MODE", "TTL":
+			if v, err = value(); err != nil {
+				return SetRate{}, err
+			}
+		default:
+			return SetRate{}, fmt.Errorf("syntax error: unknown option %s (expected ALGO, BURST, SHARDS, MODE, TTL, NX or KEEPSTATE)", quote(args[i]))
+		}
+		switch opt {
+		case "ALGO":
+			if r.Config.Algo, err = parseAlgo(v); err != nil {
+				return SetRate{}, err
+			}
+		case "BURST":
+			if burst, err = parseCount("BURST", v, limiter.MaxRate); err != nil {
+				return SetRate{}, err
+			}
+		case "SHARDS":
+			if strings.EqualFold(v, "AUTO") {
+				auto = true
+			} else if shards, err = parseCount("SHARDS", v, int64(o.maxShards())); err != nil {
+				return SetRate{}, err
+			}
+		case "MODE":
+			switch m := limiter.Mode(strings.ToUpper(v)); m {
+			case limiter.Overall, limiter.PerClient:
+				r.Config.Mode = m
+			default:
+				return SetRate{}, fmt.Errorf("MODE must be OVERALL or PER_CLIENT, got %s", quote(v))
+			}
+		case "TTL":
+			if r.Config.TTL, err = ParseDuration("TTL", v, maxTTL); err != nil {
+				return SetRate{}, err
+			}
+		}
+	}
+	if r.NX && r.KeepState {
+		return SetRate{}, fmt.Errorf("syntax error: NX and KEEPSTATE cannot be combined")
+	}
+	c := &r.Config
+	c.Burst = c.Rate
+	if burst > 0 {
+		if !c.Algo.HasBurst() {
+			return SetRate{}, fmt.Errorf("BURST applies to token-bucket and leaky-bucket only, not %s", c.Algo)
+		}
+		c.Burst = burst
+	}
+	if auto {
+		shards = o.autoShards(c.Rate, c.Interval)
+	}
+	c.Shards = int(shards)
+	if smallest := min(c.Rate, c.Burst); int64(c.Shards) > smallest {
+		return SetRate{}, fmt.Errorf("SHARDS %d is more than the limiter's %d permits: every sub-limiter needs at least one", c.Shards, smallest)
+	}
+	return r, nil
+}
+
+func (o Options) maxShards() int {
+	if o.MaxShards > 0 {
+		return o.MaxShards
+	}
+	return limiter.MaxShards
+}
+
+// autoShards derives SHARDS AUTO: one sub-limiter per ShardRate permits
+// per second, between 1 and MaxAutoShards.
+func (o Options) autoShards(rate int64, interval time.Duration) int64 {
+	perSecond := float64(rate) / interval.Seconds()
+	n := int64(1)
+	if o.ShardRate > 0 {
+		n = int64(perSecond/float64(o.ShardRate)) + 1
+	}
+	return max(1, min(n, int64(o.MaxAutoShards), int64(o.maxShards()), rate))
+}
+
+func parseAlgo(s string) (limiter.Algo, error) {
+	for _, a := range limiter.Algos {
+		if strings.EqualFold(s, string(a)) {
+			return a, nil
+		}
+	}
+	names := make([]string, len(limiter.Algos))
+	for i, a := range limiter.Algos {
+		names[i] = string(a)
+	}
+	return "", fmt.Errorf("unknown algorithm %s (expected one of %s)", quote(s), strings.Join(names, ", "))
+}
+
+// Acquire is a parsed RL.ACQUIRE.
+type Acquire struct {
+	Name    string
+	Permits int64
+	Timeout time.Duration // 0: decide now
+	Block   bool          // wait until granted
+}
+
+// ParseAcquire parses RL.ACQUIRE key [permits] [TIMEOUT duration | BLOCK].
+func ParseAcquire(args []string) (Acquire, error) {
+	if len(args) < 2 || len(args) > 5 {
+		return Acquire{}, ArityError(args[0])
+	}
+	r := Acquire{Name: args[1], Permits: 1}
+	rest := args[2:]
+	var err error
+	if len(rest) > 0 && !isKeyword(rest[0]) {
+		if r.Permits, err = parseCount("permits", rest[0], limiter.MaxRate); err != nil {
+			return Acquire{}, err
+		}
+		rest = rest[1:]
+	}
+	switch {
+	case len(rest) == 0:
+	case len(rest) == 1 && strings.EqualFold(rest[0], "BLOCK"):
+		r.Block = true
+	case len(rest) == 2 && strings.EqualFold(rest[0], "TIMEOUT"):
+		if r.Timeout, err = ParseDuration("TIMEOUT", rest[1], maxTTL); err != nil {
+			return Acquire{}, err
+		}
+	case len(rest) == 1 && strings.EqualFold(rest[0], "TIMEOUT"):
+		return Acquire{}, fmt.Errorf("syntax error: option TIMEOUT needs a value")
+	default:
+		return Acquire{}, fmt.Errorf("syntax error near %s (expected [permits] [TIMEOUT duration | BLOCK])", quote(rest[0]))
+	}
+	return r, nil
+}
+
+func isKeyword(s string) bool {
+	return strings.EqualFold(s, "TIMEOUT") || strings.EqualFold(s, "BLOCK")
+}

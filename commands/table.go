@@ -1,0 +1,159 @@
+// Package commands parses the RL.* and CL.THROTTLE commands into typed
+// requests, validates them, runs them through the sharding layer and
+// encodes their replies. It also holds the command table type that every
+// command — these and the server's connection commands — is declared in,
+// so arity checks, dispatch and COMMAND DOCS/INFO read one list.
+package commands
+
+import (
+	"context"
+	"sort"
+	"strings"
+)
+
+// Caller is what a handler may know about the calling connection.
+type Caller interface {
+	// Name is the connection's name (CLIENT SETNAME), "" when unnamed.
+	Name() string
+}
+
+// Handler runs one command. args[0] is the command name as sent.
+type Handler func(ctx context.Context, c Caller, args []string) (any, error)
+
+// Arg describes one argument for COMMAND DOCS (redis-cli builds its
+// typing hints from these).
+type Arg struct {
+	Name     string
+	Type     string // key, integer, string, pure-token, oneof, block
+	Token    string // the keyword before the value, e.g. "BURST"
+	Optional bool
+	Multiple bool
+	Args     []Arg // for oneof and block
+}
+
+// Command is one entry of the command table.
+type Command struct {
+	Name    string // upper case, e.g. "RL.ACQUIRE"
+	Arity   int    // Redis convention: N = exactly N words, -N = at least N
+	Flags   []string
+	KeyPos  int    // position of the first key (0 = none)
+	Group   string // e.g. "ratelimit", "connection"
+	Summary string
+	Args    []Arg
+	Handler Handler
+	// Sub are subcommands (CLIENT SETNAME, COMMAND DOCS, ...), by upper-case name.
+	Sub []Command
+}
+
+// Table is the set of commands a server answers.
+type Table struct {
+	byName map[string]*Command
+}
+
+// NewTable builds a table from lists of commands.
+func NewTable(lists ...[]Command) *Table {
+	t := &Table{byName: map[string]*Command{}}
+	for _, l := range lists {
+		for i := range l {
+			t.byName[l[i].Name] = &l[i]
+		}
+	}
+	return t
+}
+
+// Lookup finds a command by name, in any case.
+func (t *Table) Lookup(name string) *Command {
+	return t.byName[strings.ToUpper(name)]
+}
+
+// All returns every command, sorted by name.
+func (t *Table) All() []*Command {
+	all := make([]*Command, 0, len(t.byName))
+	for _, c := range t.byName {
+		all = append(all, c)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	return all
+}
+
+// ArityOK checks a call's word count against the Redis arity convention.
+func (c *Command) ArityOK(words int) bool {
+	if c.Arity >= 0 {
+		return words == c.Arity
+	}
+	return words >= -c.Arity
+}
+
+// SubCommand finds a subcommand by name, in any case.
+func (c *Command) SubCommand(name string) *Command {
+	for i := range c.Sub {
+		if strings.EqualFold(c.Sub[i].Name, name) {
+			return &c.Sub[i]
+		}
+	}
+	return nil
+}
+
+// Info is the command's COMMAND INFO entry.
+func (c *Command) Info() []any {
+	flags := make([]any, len(c.Flags))
+	for i, f := range c.Flags {
+		flags[i] = Status(f)
+	}
+	first, last, step := 0, 0, 0
+	if c.KeyPos > 0 {
+		first, last, step = c.KeyPos, c.KeyPos, 1
+	}
+	subs := []any{}
+	for i := range c.Sub {
+		s := c.Sub[i]
+		s.Name = strings.ToLower(c.Name + "|" + s.Name)
+		subs = append(subs, s.Info())
+	}
+	return []any{strings.ToLower(c.Name), int64(c.Arity), flags, int64(first), int64(last), int64(step), []any{}, []any{}, []any{}, subs}
+}
+
+// Docs is the command's COMMAND DOCS entry.
+func (c *Command) Docs() Map {
+	d := Map{"summary", c.Summary, "since", "1.0.0", "group", c.Group}
+	if len(c.Args) > 0 {
+		d = append(d, "arguments", docArgs(c.Args))
+	}
+	if len(c.Sub) > 0 {
+		subs := Map{}
+		for i := range c.Sub {
+			s := c.Sub[i]
+			subs = append(subs, strings.ToLower(c.Name+"|"+s.Name), s.Docs())
+		}
+		d = append(d, "subcommands", subs)
+	}
+	return d
+}
+
+func docArgs(args []Arg) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		m := Map{"name", a.Name, "type", a.Type}
+		if a.Type == "key" {
+			m = append(m, "key_spec_index", int64(0))
+		}
+		if a.Token != "" {
+			m = append(m, "token", a.Token)
+		}
+		var flags []any
+		if a.Optional {
+			flags = append(flags, Status("optional"))
+		}
+		if a.Multiple {
+			flags = append(flags, Status("multiple"))
+		}
+		if flags != nil {
+			m = append(m, "flags", flags)
+		}
+		if len(a.Args) > 0 {
+			m = append(m, "arguments", docArgs(a.Args))
+		}
+		out[i] = m
+	}
+	return out
+}

@@ -1,0 +1,264 @@
+// Package config owns rlproxy's configuration: the typed Config every other
+// package receives, its defaults (in Default, and nowhere else), loading it
+// from a YAML file, RLPROXY_* environment variables and command-line flags
+// (Load), and checking it (Validate).
+//
+// This is the only package that imports viper or pflag; the rest of rlproxy
+// sees a plain, already validated Config value.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config is rlproxy's complete configuration.
+//
+// Each field is set by the YAML key in its mapstructure tag, by the
+// environment variable RLPROXY_<KEY> (upper case; lists comma-separated) and
+// by the flag --<key-with-dashes> (except Backends, whose flag is --backend).
+type Config struct {
+	// (Optional) Address rlproxy accepts Redis-protocol clients on.
+	// Defaults to "127.0.0.1:6380".
+	Listen string `mapstructure:"listen"`
+
+	// (Optional) redis:// or rediss:// URLs of standalone Redis nodes the
+	// limiters are spread over; user, password, database and TLS (rediss) go
+	// in the URL. Mutually exclusive with Cluster. When both are empty the
+	// proxy uses an embedded in-memory backend. Defaults to empty.
+	Backends []string `mapstructure:"backends"`
+
+	// (Optional) redis:// or rediss:// seed URLs of one Redis Cluster.
+	// Mutually exclusive with Backends. Defaults to empty.
+	Cluster []string `mapstructure:"cluster"`
+
+	// (Optional) Password clients must send with AUTH before any other
+	// command. Empty disables authentication. Defaults to "".
+	RequirePass string `mapstructure:"require_pass"`
+
+	// (Optional) Prefix of every key rlproxy writes on the backends. Must not
+	// contain '{' or '}', which would break the hash tags rlproxy adds.
+	// Defaults to "rl:".
+	KeyPrefix string `mapstructure:"key_prefix"`
+
+	// (Optional) Number of sub-limiters (shards) a limiter is split into when
+	// RL.SETRATE gives no SHARDS option; 1..1024. Defaults to 1.
+	DefaultShards int `mapstructure:"default_shards"`
+
+	// (Optional) Permits per second one sub-limiter should carry; SHARDS AUTO
+	// sizes a limiter's shard count from its rate with it. Must be > 0.
+	// Defaults to 50000.
+	ShardRate int64 `mapstructure:"shard_rate"`
+
+	// (Optional) Upper bound on the shard count SHARDS AUTO picks; 1..1024.
+	// Defaults to 64.
+	MaxAutoShards int `mapstructure:"max_auto_shards"`
+
+	// (Optional) How many other shards an acquire tries after its first shard
+	// denies; 0..1024. Defaults to 2.
+	MaxProbes int `mapstructure:"max_probes"`
+
+	// (Optional) What an acquire answers when its backend fails: "error"
+	// (return the error), "allow" (fail open) or "deny" (fail closed).
+	// Defaults to "error".
+	OnBackendError string `mapstructure:"on_backend_error"`
+
+	// (Optional) Time limit of each backend call (dial, read and write).
+	// Must be > 0. Defaults to 500ms.
+	BackendTimeout time.Duration `mapstructure:"backend_timeout"`
+
+	// (Optional) How long a failed backend node is skipped before one probe
+	// call tests it again. Must be > 0. Defaults to 1s.
+	BreakerCooldown time.Duration `mapstructure:"breaker_cooldown"`
+
+	// (Optional) Connections per backend node; 0 means go-redis' default
+	// (10 per CPU). Must be >= 0. Defaults to 0.
+	PoolSize int `mapstructure:"pool_size"`
+
+	// (Optional) Answer repeated denials from a local cache until their
+	// retry_after has passed, sparing the backend. Defaults to true.
+	DenyCache bool `mapstructure:"deny_cache"`
+
+	// (Optional) Maximum number of clients waiting at once (TIMEOUT/BLOCK)
+	// in this proxy. Must be > 0. Defaults to 10000.
+	MaxWaiters int `mapstructure:"max_waiters"`
+
+	// (Optional) Minimum log level: "debug", "info", "warn" or "error".
+	// Defaults to "info".
+	LogLevel string `mapstructure:"log_level"`
+
+	// (Optional) Log line format: "text" or "json". Defaults to "text".
+	LogFormat string `mapstructure:"log_format"`
+
+	// (Optional) Address serving Prometheus metrics at /metrics, for example
+	// "127.0.0.1:9121". Empty disables the metrics endpoint. Defaults to "".
+	MetricsListen string `mapstructure:"metrics_listen"`
+}
+
+// Default returns the configuration used for every key that no file,
+// environment variable or flag sets. It is the only place defaults live.
+func Default() Config {
+	return Config{
+		Listen:          "127.0.0.1:6380",
+		Backends:        nil,
+		Cluster:         nil,
+		RequirePass:     "",
+		KeyPrefix:       "rl:",
+		DefaultShards:   1,
+		ShardRate:       50000,
+		MaxAutoShards:   64,
+		MaxProbes:       2,
+		OnBackendError:  "error",
+		BackendTimeout:  500 * time.Millisecond,
+		BreakerCooldown: time.Second,
+		PoolSize:        0,
+		DenyCache:       true,
+		MaxWaiters:      10000,
+		LogLevel:        "info",
+		LogFormat:       "text",
+		MetricsListen:   "",
+	}
+}
+
+// MaxShards is the largest shard count a limiter may have; it bounds
+// default_shards, max_auto_shards and max_probes.
+const MaxShards = 1024
+
+// Validate checks every key and returns nil or an error listing each
+// problem on its own line, each naming the offending key.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: "+format, args...))
+	}
+
+	if err := checkAddr(c.Listen); err != nil {
+		bad("listen must be a host:port address (got %q): %v", c.Listen, err)
+	}
+	if c.MetricsListen != "" {
+		if err := checkAddr(c.MetricsListen); err != nil {
+			bad("metrics_listen must be empty or a host:port address (got %q): %v", c.MetricsListen, err)
+		} else if c.MetricsListen == c.Listen {
+			bad("metrics_listen must differ from listen (both %q)", c.Listen)
+		}
+	}
+
+	if len(c.Backends) > 0 && len(c.Cluster) > 0 {
+		bad("backends and cluster are mutually exclusive: set one of them (or neither, for the embedded in-memory backend)")
+	}
+	errs = append(errs, checkURLs("backends", c.Backends, false)...)
+	errs = append(errs, checkURLs("cluster", c.Cluster, true)...)
+
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		bad("key_prefix must not contain '{' or '}' (got %q)", c.KeyPrefix)
+	}
+	if c.DefaultShards < 1 || c.DefaultShards > MaxShards {
+		bad("default_shards must be between 1 and %d (got %d)", MaxShards, c.DefaultShards)
+	}
+	if c.ShardRate <= 0 {
+		bad("shard_rate must be > 0 (got %d)", c.ShardRate)
+	}
+	if c.MaxAutoShards < 1 || c.MaxAutoShards > MaxShards {
+		bad("max_auto_shards must be between 1 and %d (got %d)", MaxShards, c.MaxAutoShards)
+	}
+	if c.MaxProbes < 0 || c.MaxProbes > MaxShards {
+		bad("max_probes must be between 0 and %d (got %d)", MaxShards, c.MaxProbes)
+	}
+	switch c.OnBackendError {
+	case "error", "allow", "deny":
+	default:
+		bad("on_backend_error must be one of error, allow, deny (got %q)", c.OnBackendError)
+	}
+	if c.BackendTimeout <= 0 {
+		bad("backend_timeout must be > 0 (got %q)", c.BackendTimeout.String())
+	}
+	if c.BreakerCooldown <= 0 {
+		bad("breaker_cooldown must be > 0 (got %q)", c.BreakerCooldown.String())
+	}
+	if c.PoolSize < 0 {
+		bad("pool_size must be >= 0 (got %d)", c.PoolSize)
+	}
+	if c.MaxWaiters <= 0 {
+		bad("max_waiters must be > 0 (got %d)", c.MaxWaiters)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level must be one of debug, info, warn, error (got %q)", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		bad("log_format must be one of text, json (got %q)", c.LogFormat)
+	}
+
+	return errors.Join(errs...)
+}
+
+// checkAddr accepts "host:port" and ":port" with a numeric port.
+func checkAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number between 0 and 65535", port)
+	}
+	return nil
+}
+
+// checkURLs validates the backend or cluster URLs of key. Passwords are
+// redacted from the messages, which usually end up in logs.
+func checkURLs(key string, urls []string, cluster bool) []error {
+	var errs []error
+	seen := make(map[string]int, len(urls))
+	for i, raw := range urls {
+		name := fmt.Sprintf("%s[%d]", key, i)
+		if err := checkURL(raw, cluster); err != nil {
+			errs = append(errs, fmt.Errorf("config: %s: %w", name, err))
+			continue
+		}
+		if j, dup := seen[raw]; dup {
+			errs = append(errs, fmt.Errorf("config: %s: duplicate of %s[%d]", name, key, j))
+			continue
+		}
+		seen[raw] = i
+	}
+	return errs
+}
+
+func checkURL(raw string, cluster bool) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // the url.Error text would repeat a password
+		}
+		return fmt.Errorf("invalid URL: %v", err)
+	}
+	shown := raw
+	if _, hasPassword := u.User.Password(); hasPassword {
+		shown = u.Redacted()
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return fmt.Errorf("invalid URL %q: scheme must be redis or rediss", shown)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("invalid URL %q: host is missing", shown)
+	}
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		return fmt.Errorf("invalid URL %q: %v", shown, err)
+	}
+	if cluster && opts.DB != 0 {
+		return fmt.Errorf("invalid URL %q: Redis Cluster only has database 0 (got %d)", shown, opts.DB)
+	}
+	return nil
+}

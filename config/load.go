@@ -1,0 +1,250 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+var (
+	// ErrHelp is returned by Load when --help (-h) was given; the usage has
+	// already been written. The caller should exit with status 0.
+	ErrHelp = errors.New("config: help requested")
+
+	// ErrVersion is returned by Load when --version was given. The caller
+	// should print its version and exit with status 0.
+	ErrVersion = errors.New("config: version requested")
+)
+
+// envPrefix prefixes the environment variable of every key.
+const envPrefix = "RLPROXY"
+
+// Load builds the Config from, lowest to highest precedence: Default(), the
+// YAML file named by --config (or $RLPROXY_CONFIG), RLPROXY_* environment
+// variables and the flags in args (which exclude the program name). The
+// result is validated. Usage goes to stderr when --help is given.
+func Load(args []string, stderr io.Writer) (Config, error) {
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	fs := newFlagSet()
+	if err := fs.Parse(args); err != nil {
+		return Config{}, fmt.Errorf("config: %w (see --help)", err)
+	}
+	if help, _ := fs.GetBool("help"); help {
+		printUsage(stderr, fs)
+		return Config{}, ErrHelp
+	}
+	if version, _ := fs.GetBool("version"); version {
+		return Config{}, ErrVersion
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("config: unexpected argument %q: settings are given as --flags (see --help)", fs.Arg(0))
+	}
+
+	v := viper.New()
+
+	path, _ := fs.GetString("config")
+	if !fs.Changed("config") {
+		path = os.Getenv(envPrefix + "_CONFIG")
+	}
+	if path != "" {
+		if err := readFile(v, path); err != nil {
+			return Config{}, err
+		}
+	}
+
+	// Unmarshal only sees environment variables of keys bound explicitly.
+	v.SetEnvPrefix(envPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	for _, key := range keys() {
+		if err := v.BindEnv(key); err != nil {
+			return Config{}, fmt.Errorf("config: binding %s: %w", key, err)
+		}
+	}
+
+	// Only flags given on the command line count: a flag's default must not
+	// override the file or the environment. Set is viper's top precedence.
+	fs.Visit(func(f *pflag.Flag) {
+		key := flagKey(f.Name)
+		if !slices.Contains(keys(), key) {
+			return // --config, --help, --version
+		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			v.Set(key, sv.GetSlice())
+		} else {
+			v.Set(key, f.Value.String())
+		}
+	})
+
+	c, err := decode(v)
+	if err != nil {
+		return Config{}, err
+	}
+	c.Backends = cleanList(c.Backends)
+	c.Cluster = cleanList(c.Cluster)
+
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// readFile loads the YAML file at path into v and rejects keys Config does
+// not have, so that a typo is an error rather than a silently ignored line.
+func readFile(v *viper.Viper, path string) error {
+	v.SetConfigFile(path)
+	v.SetConfigType("yaml")
+	if err := v.ReadInConfig(); err != nil {
+		return fmt.Errorf("config: reading config file %s: %w", path, err)
+	}
+	var errs []error
+	known := keys()
+	for _, key := range v.AllKeys() { // only the file's keys: nothing else is set yet
+		if !slices.Contains(known, key) {
+			errs = append(errs, fmt.Errorf("config: %s: unknown key %q (valid keys are listed in config.example.yaml)", path, key))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// decode returns Default() overlaid with every key set in v. Keys are
+// decoded one by one so that a malformed value gets a one-line error naming
+// its key and value.
+func decode(v *viper.Viper) (Config, error) {
+	c := Default()
+	fields := reflect.ValueOf(&c).Elem()
+	var errs []error
+	for i, key := range keys() {
+		if !v.IsSet(key) {
+			continue
+		}
+		err := v.UnmarshalKey(key, fields.Field(i).Addr().Interface(), viper.DecodeHook(decodeHook))
+		if err != nil {
+			// Drop mapstructure's "'<name>' " prefix, empty for UnmarshalKey.
+			var de interface{ Unwrap() error }
+			if errors.As(err, &de) && de.Unwrap() != nil {
+				err = de.Unwrap()
+			}
+			errs = append(errs, fmt.Errorf("config: %s: invalid value %q: %v", key, fmt.Sprint(v.Get(key)), err))
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+// keys returns the key of every Config field, in field order.
+func keys() []string {
+	t := reflect.TypeFor[Config]()
+	ks := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		ks = append(ks, t.Field(i).Tag.Get("mapstructure"))
+	}
+	return ks
+}
+
+// flagName returns the flag that sets key.
+func flagName(key string) string {
+	if key == "backends" {
+		return "backend" // repeated once per URL
+	}
+	return strings.ReplaceAll(key, "_", "-")
+}
+
+// flagKey is the inverse of flagName.
+func flagKey(name string) string {
+	if name == "backend" {
+		return "backends"
+	}
+	return strings.ReplaceAll(name, "-", "_")
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// decodeHook converts the strings environment variables and flags produce:
+// "500ms" to a time.Duration and "a,b" to a list. A bare number is not a
+// valid duration: YAML "backend_timeout: 5" would otherwise mean 5ns.
+func decodeHook(from, to reflect.Type, data any) (any, error) {
+	switch {
+	case to == durationType && from != durationType:
+		switch from.Kind() {
+		case reflect.String:
+			return time.ParseDuration(strings.TrimSpace(data.(string)))
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+			reflect.Float32, reflect.Float64:
+			return nil, fmt.Errorf("duration %v has no unit: write it like \"500ms\" or \"2s\"", data)
+		}
+	case to.Kind() == reflect.Slice && from.Kind() == reflect.String:
+		return strings.Split(data.(string), ","), nil
+	}
+	return data, nil
+}
+
+// cleanList trims the elements of a list, drops empty ones and returns nil
+// for an empty list, so that "backends: []" equals an absent key.
+func cleanList(list []string) []string {
+	var out []string
+	for _, s := range list {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// newFlagSet defines --config, --help, --version and one flag per key, with
+// Default() values as the defaults shown by --help.
+func newFlagSet() *pflag.FlagSet {
+	d := Default()
+	fs := pflag.NewFlagSet("rlproxy", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.SetOutput(io.Discard) // Load returns parse errors; it prints nothing itself
+	fs.Usage = func() {}
+
+	fs.String("config", "", "YAML config `file` (default $RLPROXY_CONFIG)")
+	fs.String(flagName("listen"), d.Listen, "`address` rlproxy accepts Redis clients on")
+	fs.StringSlice(flagName("backends"), d.Backends, "redis:// or rediss:// `URL` of a standalone Redis node (user, password, db and TLS in the URL); repeat for several. With no --backend and no --cluster an embedded in-memory backend is used")
+	fs.StringSlice(flagName("cluster"), d.Cluster, "redis:// or rediss:// seed `URL` of a Redis Cluster; repeat for several. Excludes --backend")
+	fs.String(flagName("require_pass"), d.RequirePass, "`password` clients must send with AUTH (empty: no authentication)")
+	fs.String(flagName("key_prefix"), d.KeyPrefix, "prefix of every key written on the backends; must not contain '{' or '}'")
+	fs.Int(flagName("default_shards"), d.DefaultShards, "shards of a limiter whose RL.SETRATE has no SHARDS option (1..1024)")
+	fs.Int64(flagName("shard_rate"), d.ShardRate, "permits/s per shard that SHARDS AUTO sizes limiters for (> 0)")
+	fs.Int(flagName("max_auto_shards"), d.MaxAutoShards, "most shards SHARDS AUTO gives a limiter (1..1024)")
+	fs.Int(flagName("max_probes"), d.MaxProbes, "other shards an acquire tries after a denial (0..1024)")
+	fs.String(flagName("on_backend_error"), d.OnBackendError, "answer when a backend fails: error, allow (fail open) or deny (fail closed)")
+	fs.Duration(flagName("backend_timeout"), d.BackendTimeout, "time limit of each backend dial, read and write (> 0)")
+	fs.Duration(flagName("breaker_cooldown"), d.BreakerCooldown, "how long a failed backend node is skipped before a probe call (> 0)")
+	fs.Int(flagName("pool_size"), d.PoolSize, "connections per backend node (0: go-redis default, 10 per CPU)")
+	fs.Bool(flagName("deny_cache"), d.DenyCache, "answer denials locally until their retry_after (disable with --deny-cache=false)")
+	fs.Int(flagName("max_waiters"), d.MaxWaiters, "most clients waiting at once with TIMEOUT/BLOCK (> 0)")
+	fs.String(flagName("log_level"), d.LogLevel, "minimum log `level`: debug, info, warn or error")
+	fs.String(flagName("log_format"), d.LogFormat, "log `format`: text or json")
+	fs.String(flagName("metrics_listen"), d.MetricsListen, "`address` serving Prometheus /metrics, e.g. 127.0.0.1:9121 (empty: off)")
+	fs.BoolP("help", "h", false, "print this help and exit")
+	fs.Bool("version", false, "print the version and exit")
+	return fs
+}
+
+func printUsage(w io.Writer, fs *pflag.FlagSet) {
+	fmt.Fprint(w, `Usage: rlproxy [flags]
+
+rlproxy is a Redis-protocol proxy serving rate limiters (RL.SETRATE,
+RL.ACQUIRE, ...) that run as Lua scripts on backend Redis servers.
+
+Settings come from, lowest to highest precedence: built-in defaults, the
+YAML file given with --config, RLPROXY_* environment variables, and flags.
+Flag --some-key is YAML key some_key and variable RLPROXY_SOME_KEY (--backend
+is backends and RLPROXY_BACKENDS); list variables are comma-separated.
+
+Flags:
+`)
+	fmt.Fprint(w, fs.FlagUsages())
+}

@@ -1,0 +1,76 @@
+// Package proxy wires rlproxy together from a Config: backend pool,
+// limiters, command table and server. cmd/rlproxy runs it; end-to-end
+// tests start it in-process on 127.0.0.1:0.
+package proxy
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/commands"
+	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/server"
+	"github.com/rlproxy/rlproxy/sharding"
+)
+
+// Version is rlproxy's version.
+const Version = "0.1.0"
+
+// Proxy is a running rlproxy.
+type Proxy struct {
+	pool   *backend.Pool
+	server *server.Server
+	done   chan error
+}
+
+// Start connects the backends and starts serving clients.
+func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, error) {
+	scripts := limiter.NewScripts()
+	pool, err := backend.Open(ctx, backend.Options{
+		Backends: cfg.Backends,
+		Cluster:  cfg.Cluster,
+		Timeout:  cfg.BackendTimeout,
+		PoolSize: cfg.PoolSize,
+		Scripts:  scripts.All(),
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	limiters := sharding.New(pool, scripts, cfg.KeyPrefix)
+	srv := server.New(server.Options{
+		Listen:      cfg.Listen,
+		RequirePass: cfg.RequirePass,
+		Version:     Version,
+		Log:         log,
+	}, commands.Limiters(limiters, commands.Options{
+		DefaultShards: cfg.DefaultShards,
+		ShardRate:     cfg.ShardRate,
+		MaxAutoShards: cfg.MaxAutoShards,
+	}))
+	if err := srv.Listen(); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	p := &Proxy{pool: pool, server: srv, done: make(chan error, 1)}
+	go func() { p.done <- srv.Serve() }()
+	return p, nil
+}
+
+// Addr is the address clients connect to.
+func (p *Proxy) Addr() string { return p.server.Addr() }
+
+// Embedded reports whether the proxy runs on the embedded in-memory backend.
+func (p *Proxy) Embedded() bool { return p.pool.Embedded() }
+
+// Done delivers Serve's result once the server stops.
+func (p *Proxy) Done() <-chan error { return p.done }
+
+// Close stops serving and closes the backends.
+func (p *Proxy) Close() error {
+	err := p.server.Close()
+	<-p.done
+	p.pool.Close()
+	return err
+}

@@ -1,0 +1,53 @@
+package limiter
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Keys names the Redis keys of limiters. Every key of one sub-limiter
+// carries the same hash tag, {name:shard}, so a script touches one cluster
+// slot while the sub-limiters of a limiter spread over the cluster.
+//
+//	<prefix>{<name>:<shard>}:c                      config hash
+//	<prefix>{<name>:<shard>}:<epoch>:<k>            state key k of the algorithm
+//	<prefix>{<name>:<shard>}:<epoch>:<k>:<client>   the same, per client (PER_CLIENT)
+type Keys struct {
+	Prefix string
+}
+
+// escaper keeps names inside their hash tag: '}' would end the tag early.
+// '%' is escaped too, so the mapping stays one-to-one.
+var escaper = strings.NewReplacer("%", "%25", "}", "%7D")
+
+func (k Keys) tag(name string, shard int) string {
+	return k.Prefix + "{" + escaper.Replace(name) + ":" + strconv.Itoa(shard) + "}"
+}
+
+// Config names the config hash of one sub-limiter.
+func (k Keys) Config(name string, shard int) string {
+	return k.tag(name, shard) + ":c"
+}
+
+// stateSuffixes lists the state keys each algorithm's script takes after
+// the config key, in the order of its KEYS.
+var stateSuffixes = map[Algo][]string{
+	TokenBucket: {"s"},
+	SlidingLog:  {"l", "u"},
+}
+
+// Script returns the KEYS of an algorithm's script for one sub-limiter:
+// its config key, then its state keys for this epoch (and client, in
+// PER_CLIENT mode; client is "" otherwise).
+func (k Keys) Script(algo Algo, name string, shard int, epoch, client string) []string {
+	tag := k.tag(name, shard)
+	keys := []string{tag + ":c"}
+	for _, s := range stateSuffixes[algo] {
+		key := tag + ":" + epoch + ":" + s
+		if client != "" {
+			key += ":" + client
+		}
+		keys = append(keys, key)
+	}
+	return keys
+}

@@ -1,0 +1,158 @@
+// Package limiter holds the rate-limiting algorithms: one Lua script per
+// algorithm (embedded from lua/), the config of a limiter, the names of the
+// keys a script touches, and the decoding of script replies.
+//
+// Every script runs on one Redis node against one sub-limiter and takes its
+// time from that node's clock. An acquire call carries the permits of many
+// coalesced requests and decides each of them in order, so one script call
+// can serve a whole batch of clients exactly.
+package limiter
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Algo names a rate-limiting algorithm as users type it.
+type Algo string
+
+// The algorithms of the command contract.
+const (
+	TokenBucket   Algo = "token-bucket"
+	SlidingLog    Algo = "sliding-log"
+	SlidingWindow Algo = "sliding-window"
+	FixedWindow   Algo = "fixed-window"
+	LeakyBucket   Algo = "leaky-bucket"
+)
+
+// Algos lists every algorithm name in the contract, in documentation order.
+var Algos = []Algo{TokenBucket, SlidingLog, SlidingWindow, FixedWindow, LeakyBucket}
+
+// Mode says who shares a limiter's budget.
+type Mode string
+
+const (
+	// Overall: one budget shared by every caller.
+	Overall Mode = "OVERALL"
+	// PerClient: one budget per client connection name.
+	PerClient Mode = "PER_CLIENT"
+)
+
+// Limits on what a limiter may be configured with. They keep every value
+// exact in the float64 arithmetic of Lua.
+const (
+	MaxRate     = 1_000_000_000
+	MaxInterval = 366 * 24 * time.Hour
+	MaxShards   = 1024
+)
+
+// Config is the user-visible configuration of a limiter.
+type Config struct {
+	Algo     Algo
+	Rate     int64         // permits per Interval
+	Interval time.Duration // whole milliseconds
+	Burst    int64         // bucket capacity (token/leaky bucket); equals Rate otherwise
+	Shards   int           // number of sub-limiters
+	Mode     Mode
+	TTL      time.Duration // delete after this long unused; 0 = never
+}
+
+// HasBurst reports whether the algorithm has a capacity apart from its rate.
+func (a Algo) HasBurst() bool { return a == TokenBucket || a == LeakyBucket }
+
+// Sub is the share of one sub-limiter: its own rate and burst.
+type Sub struct {
+	Shard int
+	Rate  int64
+	Burst int64
+}
+
+// fields lists the stored config of one sub-limiter (all but the epoch),
+// in a fixed order so that equal configs compare equal field by field.
+func (c Config) fields(sub Sub) []any {
+	return []any{
+		"algo", string(c.Algo),
+		"rate", strconv.FormatInt(c.Rate, 10),
+		"interval_ms", strconv.FormatInt(c.Interval.Milliseconds(), 10),
+		"burst", strconv.FormatInt(c.Burst, 10),
+		"shards", strconv.Itoa(c.Shards),
+		"mode", string(c.Mode),
+		"ttl_ms", strconv.FormatInt(c.TTL.Milliseconds(), 10),
+		"shard", strconv.Itoa(sub.Shard),
+		"sub_rate", strconv.FormatInt(sub.Rate, 10),
+		"sub_burst", strconv.FormatInt(sub.Burst, 10),
+	}
+}
+
+// Stored is a config as read back from a backend, with its epoch: the
+// version of its state. A new epoch means fresh state.
+type Stored struct {
+	Config
+	Epoch string
+}
+
+// ParseStored reads a config hash (HGETALL of a config key). It returns an
+// error naming the field when the hash is not one rlproxy wrote.
+func ParseStored(h map[string]string) (Stored, error) {
+	var s Stored
+	var err error
+	num := func(field string) int64 {
+		if err != nil {
+			return 0
+		}
+		v, e := strconv.ParseInt(h[field], 10, 64)
+		if e != nil {
+			err = fmt.Errorf("stored limiter config: bad field %q: %q", field, h[field])
+		}
+		return v
+	}
+	s.Epoch = h["epoch"]
+	s.Algo = Algo(h["algo"])
+	s.Mode = Mode(h["mode"])
+	s.Rate = num("rate")
+	s.Interval = time.Duration(num("interval_ms")) * time.Millisecond
+	s.Burst = num("burst")
+	s.Shards = int(num("shards"))
+	s.TTL = time.Duration(num("ttl_ms")) * time.Millisecond
+	if err != nil {
+		return Stored{}, err
+	}
+	if s.Epoch == "" {
+		return Stored{}, fmt.Errorf("stored limiter config: no epoch")
+	}
+	return s, nil
+}
+
+// SetConfOptions are the flags of one RL.SETRATE call.
+type SetConfOptions struct {
+	NX        bool   // only create
+	KeepState bool   // carry used permits over to the new rate
+	Epoch     string // epoch for a newly written config
+}
+
+// SetConfArgs builds the ARGV of setconf.lua for one sub-limiter.
+func SetConfArgs(c Config, sub Sub, o SetConfOptions) []any {
+	flag := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return "0"
+	}
+	args := []any{flag(o.NX), flag(o.KeepState), o.Epoch, c.TTL.Milliseconds()}
+	return append(args, c.fields(sub)...)
+}
+
+// Capacity is the most permits one request may ask for: the burst of a
+// bucket, the rate of a window. When sharded, the smallest sub-limiter's
+// share bounds it.
+func (c Config) Capacity() int64 {
+	capacity := c.Rate
+	if c.Algo.HasBurst() {
+		capacity = c.Burst
+	}
+	if c.Shards > 1 {
+		capacity /= int64(c.Shards)
+	}
+	return capacity
+}

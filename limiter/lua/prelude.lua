@@ -1,0 +1,57 @@
+-- prelude.lua: shared head of every limiter script (prepended when the script is built).
+--
+-- KEYS[1]   config hash of one sub-limiter (written by setconf.lua)
+-- KEYS[2..] state keys of the algorithm (named by the algorithm's file)
+-- ARGV[1]   op: 'acquire' | 'peek' | 'release'
+-- ARGV[2]   epoch the caller expects ('' skips the check)
+-- ARGV[3..] acquire: permits of each coalesced request, decided in order;
+--           release: the permits given back
+-- Reply: {status, epoch, results...}
+--   status 0: ok; 1: no such limiter (no config); 2: the epoch changed
+--   (config or state was replaced: the caller refreshes and retries).
+--   acquire results: 4 integers per request
+--     {granted (1|0|-1 = more than capacity), remaining, retry_after_ms, reset_after_ms}
+--   peek / release results: {available}
+local conf = redis.call('HMGET', KEYS[1], 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms')
+if not conf[1] then
+  return {1, ''}
+end
+if ARGV[2] ~= '' and ARGV[2] ~= conf[1] then
+  return {2, conf[1]}
+end
+local rate = tonumber(conf[2])
+local interval = tonumber(conf[3]) * 1000 -- microseconds
+local burst = tonumber(conf[4])
+local ttl = tonumber(conf[5])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+
+-- Time comes from this Redis server, never from a proxy or a caller.
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+
+-- EPS absorbs floating-point noise when comparing permit counts.
+local EPS = 1e-6
+
+-- Durations are computed in microseconds and reported in whole
+-- milliseconds, rounded up: waiting retry_after_ms is always enough.
+local function ms(us)
+  if us <= 0 then return 0 end
+  return math.ceil(us / 1000 - EPS)
+end
+
+-- Sets key to value with a TTL of us microseconds (at least 1 ms), or
+-- deletes it when nothing needs remembering.
+local function keep(key, value, us)
+  if us <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, value, 'PX', math.max(1, ms(us)))
+  end
+end
+
+-- Floats are stored with 17 significant digits so they read back exactly.
+local function num(x)
+  return string.format('%.17g', x)
+end

@@ -1,0 +1,46 @@
+-- setconf.lua: create or replace the config of one sub-limiter.
+--
+-- KEYS[1]  config hash of the sub-limiter
+-- ARGV[1]  '1' = NX: never change an existing config
+-- ARGV[2]  '1' = KEEPSTATE: keep the epoch (and so the state) when only the
+--          rate, interval, burst or TTL change
+-- ARGV[3]  epoch for a new config (a fresh epoch means fresh, empty state)
+-- ARGV[4]  ttl_ms of the limiter (0 = no TTL)
+-- ARGV[5..] field, value, ... of the config (everything but epoch)
+-- Reply: {changed (1|0), epoch in force, shard count before (0 = none)}
+local cur = {}
+local flat = redis.call('HGETALL', KEYS[1])
+for i = 1, #flat, 2 do
+  cur[flat[i]] = flat[i + 1]
+end
+local ttl = tonumber(ARGV[4])
+local function refresh()
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+end
+
+if cur.epoch then
+  local same = true
+  for i = 5, #ARGV, 2 do
+    if cur[ARGV[i]] ~= ARGV[i + 1] then same = false end
+  end
+  if ARGV[1] == '1' or same then
+    refresh()
+    return {0, cur.epoch, tonumber(cur.shards)}
+  end
+end
+
+local epoch = ARGV[3]
+local new = {}
+for i = 5, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
+-- State survives only when its shape does: same algorithm, mode and shards.
+if ARGV[2] == '1' and cur.epoch and cur.algo == new.algo and cur.mode == new.mode
+    and cur.shards == new.shards then
+  epoch = cur.epoch
+end
+
+redis.call('DEL', KEYS[1])
+local args = {'epoch', epoch}
+for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(args))
+refresh()
+return {1, epoch, tonumber(cur.shards or 0)}

@@ -1,0 +1,70 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// info answers INFO [section ...] with "# Section" blocks of field:value
+// lines, like Redis. ioredis waits for "loading:0" before it is ready.
+func (s *Server) info(_ *client, args []string) (any, error) {
+	sections := []InfoSection{
+		{Name: "Server", Lines: s.serverInfo},
+		{Name: "Clients", Lines: func() []string {
+			return []string{fmt.Sprintf("connected_clients:%d", s.connectedClients())}
+		}},
+		{Name: "Persistence", Lines: func() []string { return []string{"loading:0"} }},
+		{Name: "Stats", Lines: func() []string {
+			return []string{
+				fmt.Sprintf("total_connections_received:%d", s.stats.connections.Load()),
+				fmt.Sprintf("total_commands_processed:%d", s.stats.commands.Load()),
+				fmt.Sprintf("recovered_panics:%d", s.stats.panics.Load()),
+			}
+		}},
+	}
+	sections = append(sections, s.opts.Info...)
+	want := map[string]bool{}
+	for _, a := range args[1:] {
+		want[strings.ToLower(a)] = true
+	}
+	all := len(want) == 0 || want["all"] || want["default"] || want["everything"]
+	var b strings.Builder
+	for _, sec := range sections {
+		if !all && !want[strings.ToLower(sec.Name)] {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString("# " + sec.Name + "\r\n")
+		for _, l := range sec.Lines() {
+			b.WriteString(l + "\r\n")
+		}
+	}
+	return b.String(), nil
+}
+
+func (s *Server) serverInfo() []string {
+	uptime := time.Since(s.started)
+	return []string{
+		"redis_version:" + redisVersion,
+		"rlproxy_version:" + s.opts.Version,
+		"redis_mode:standalone",
+		"os:" + runtime.GOOS + " " + runtime.GOARCH,
+		"go_version:" + runtime.Version(),
+		fmt.Sprintf("process_id:%d", os.Getpid()),
+		"tcp_port:" + s.port(),
+		fmt.Sprintf("uptime_in_seconds:%d", int(uptime.Seconds())),
+	}
+}
+
+func (s *Server) port() string {
+	if s.ln == nil {
+		return ""
+	}
+	addr := s.ln.Addr().String()
+	return addr[strings.LastIndex(addr, ":")+1:]
+}

@@ -1,0 +1,235 @@
+// Package server is rlproxy's front end: it accepts Redis-protocol
+// connections (tidwall/redcon), keeps each client's state (protocol,
+// name, authentication), answers the connection commands real clients
+// send (PING, HELLO, AUTH, CLIENT, COMMAND, INFO, ...), and dispatches
+// everything else through the command table. A handler's panic is
+// answered as an error; it never takes the process down.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlproxy/rlproxy/commands"
+	"github.com/tidwall/redcon"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Listen is the address to accept clients on (e.g. 127.0.0.1:6380).
+	Listen string
+	// RequirePass, when set, is the password clients must AUTH with.
+	RequirePass string
+	// Version is rlproxy's version, shown by INFO.
+	Version string
+	// Log receives connection errors and recovered panics.
+	Log *slog.Logger
+	// Info adds sections to INFO (e.g. backends, limiters).
+	Info []InfoSection
+}
+
+// InfoSection is one "# Name" section of INFO.
+type InfoSection struct {
+	Name string
+	// Lines returns "field:value" lines.
+	Lines func() []string
+}
+
+// Server serves one listening address.
+type Server struct {
+	opts    Options
+	table   *commands.Table
+	srv     *redcon.Server
+	ln      net.Listener
+	started time.Time
+	stats   stats
+
+	nextID  atomic.Int64
+	mu      sync.Mutex
+	clients map[int64]*client
+}
+
+type stats struct {
+	connections atomic.Int64 // accepted, ever
+	commands    atomic.Int64 // processed, ever
+	panics      atomic.Int64 // recovered
+}
+
+// New builds a server answering the connection commands and the given
+// commands (rlproxy's RL.* commands).
+func New(o Options, cmds ...[]commands.Command) *Server {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	s := &Server{opts: o, started: time.Now(), clients: map[int64]*client{}}
+	s.table = commands.NewTable(append([][]commands.Command{s.connectionCommands()}, cmds...)...)
+	s.srv = redcon.NewServerNetwork("tcp", o.Listen, s.handle, s.accept, s.closed)
+	return s
+}
+
+// Listen binds the listening address (so Addr is known before Serve).
+func (s *Server) Listen() error {
+	ln, err := net.Listen("tcp", s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.opts.Listen, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr is the bound address (after Listen).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve accepts clients until Close.
+func (s *Server) Serve() error { return s.srv.Serve(s.ln) }
+
+// Close stops accepting and closes every client connection.
+func (s *Server) Close() error { return s.srv.Close() }
+
+// client is the state of one connection.
+type client struct {
+	id      int64
+	addr    string
+	created time.Time
+	name    string
+	lib     string // CLIENT SETINFO LIB-NAME / LIB-VER
+	proto   int    // 2 or 3
+	authed  bool
+	quit    bool
+	buf     []byte
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+func (c *client) Name() string { return c.name }
+
+func (s *Server) accept(conn redcon.Conn) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &client{
+		id:      s.nextID.Add(1),
+		addr:    conn.RemoteAddr(),
+		created: time.Now(),
+		proto:   2,
+		authed:  s.opts.RequirePass == "",
+		ctx:     ctx,
+		cancel:  cancel,
+	}
+	conn.SetContext(c)
+	s.stats.connections.Add(1)
+	s.mu.Lock()
+	s.clients[c.id] = c
+	s.mu.Unlock()
+	return true
+}
+
+func (s *Server) closed(conn redcon.Conn, err error) {
+	c, _ := conn.Context().(*client)
+	if c == nil {
+		return
+	}
+	c.cancel()
+	s.mu.Lock()
+	delete(s.clients, c.id)
+	s.mu.Unlock()
+	if err != nil {
+		s.opts.Log.Debug("client connection closed", "id", c.id, "addr", c.addr, "err", err)
+	}
+}
+
+func (s *Server) connectedClients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.clients)
+}
+
+// handle runs one command and writes its reply. redcon flushes once per
+// pipeline of commands read together.
+func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
+	c := conn.Context().(*client)
+	args := make([]string, len(cmd.Args))
+	for i, a := range cmd.Args {
+		args[i] = string(a)
+	}
+	reply := s.call(c, args)
+	c.buf = appendReply(c.buf[:0], reply, c.proto)
+	conn.WriteRaw(c.buf)
+	if c.quit {
+		conn.Close()
+	}
+}
+
+// call dispatches one command through the table, recovering from panics.
+func (s *Server) call(c *client, args []string) (reply any) {
+	s.stats.commands.Add(1)
+	defer func() {
+		if p := recover(); p != nil {
+			s.stats.panics.Add(1)
+			s.opts.Log.Error("recovered from a panic in a command handler",
+				"command", args[0], "panic", p, "stack", string(debug.Stack()))
+			reply = fmt.Errorf("internal error while running '%s'", quoteArg(args[0]))
+		}
+	}()
+	cmd := s.table.Lookup(args[0])
+	if cmd == nil {
+		return unknownCommand(args)
+	}
+	if !c.authed && !noAuthNeeded[cmd.Name] {
+		return errNoAuth
+	}
+	if !cmd.ArityOK(len(args)) {
+		return commands.ArityError(args[0])
+	}
+	if len(cmd.Sub) > 0 && (len(args) > 1 || cmd.Handler == nil) {
+		sub := cmd.SubCommand(args[1])
+		if sub == nil {
+			return fmt.Errorf("unknown subcommand '%s'. Try %s HELP.", quoteArg(args[1]), strings.ToUpper(args[0]))
+		}
+		if !sub.ArityOK(len(args)) {
+			return commands.ArityError(strings.ToLower(args[0]) + "|" + strings.ToLower(args[1]))
+		}
+		cmd = sub
+	}
+	v, err := cmd.Handler(c.ctx, c, args)
+	if err != nil {
+		return err
+	}
+	return v
+}
+
+// noAuthNeeded are the commands a client may send before AUTH.
+var noAuthNeeded = map[string]bool{"AUTH": true, "HELLO": true, "QUIT": true, "RESET": true}
+
+var errNoAuth = fmt.Errorf("NOAUTH Authentication required.")
+
+// unknownCommand words the error like Redis does.
+func unknownCommand(args []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "unknown command '%s', with args beginning with: ", quoteArg(args[0]))
+	for _, a := range args[1:] {
+		if b.Len() > 256 {
+			break
+		}
+		fmt.Fprintf(&b, "'%s' ", quoteArg(a))
+	}
+	return fmt.Errorf("%s", b.String())
+}
+
+// quoteArg bounds a user's argument shown in an error.
+func quoteArg(s string) string {
+	if len(s) > 128 {
+		s = s[:128]
+	}
+	return oneLine(s)
+}
+
+func checkPassword(want, got string) bool {
+	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
+}
