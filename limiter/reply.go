@@ -3,6 +3,7 @@ package limiter
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Status is the first slot of a limiter script's reply.
@@ -19,7 +20,9 @@ type Result struct {
 	Granted      bool
 	OverCapacity bool  // asked for more permits than the sub-limiter can ever hold
 	Remaining    int64 // permits left after this request
-	RetryAfterMs int64 // 0 when granted; else until the permits could be granted
+	// RetryAfterMs: when denied, until the permits could be granted; when
+	// granted, 0, or for a reservation the wait before the grant holds.
+	RetryAfterMs int64
 	ResetAfterMs int64 // until the sub-limiter is full again
 }
 
@@ -40,10 +43,27 @@ const (
 	OpRelease Op = "release"
 )
 
-// Args builds the ARGV of a limiter script.
+// Ask is one acquire request inside a script call.
+type Ask struct {
+	Permits int64
+	// MaxWait is how long the caller may wait for the permits; a script
+	// that can book ahead reserves them when they come within it.
+	MaxWait time.Duration
+}
+
+// AcquireArgs builds the ARGV of an acquire call deciding asks in order.
+func AcquireArgs(epoch string, asks []Ask) []any {
+	args := make([]any, 0, 2+2*len(asks))
+	args = append(args, string(OpAcquire), epoch)
+	for _, a := range asks {
+		args = append(args, a.Permits, a.MaxWait.Milliseconds())
+	}
+	return args
+}
+
+// Args builds the ARGV of a peek (no permits) or release call.
 func Args(op Op, epoch string, permits ...int64) []any {
-	args := make([]any, 0, 2+len(permits))
-	args = append(args, string(op), epoch)
+	args := []any{string(op), epoch}
 	for _, p := range permits {
 		args = append(args, p)
 	}

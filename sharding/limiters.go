@@ -228,11 +228,7 @@ func (l *Limiters) eval(ctx context.Context, name string, shard int, script *red
 	if err != nil {
 		return limiter.Reply{}, err
 	}
-	want := 0
-	if op == limiter.OpAcquire {
-		want = len(permits)
-	}
-	return limiter.DecodeReply(v, op, want)
+	return limiter.DecodeReply(v, op, 0)
 }
 
 // Acquire asks for r.Permits permits now.
@@ -244,7 +240,11 @@ func (l *Limiters) Acquire(ctx context.Context, r Request) (limiter.Result, erro
 		return nil
 	}
 	rep, err := l.run(ctx, r, limiter.OpAcquire, check, func(st *limiter.Stored, shard int, keys []string) (limiter.Reply, error) {
-		return l.eval(ctx, r.Name, shard, l.scripts.Limiter(st.Algo), keys, limiter.OpAcquire, st.Epoch, r.Permits)
+		v, err := l.node(r.Name, shard).Eval(ctx, l.scripts.Limiter(st.Algo), keys, limiter.AcquireArgs(st.Epoch, []limiter.Ask{{Permits: r.Permits}})...)
+		if err != nil {
+			return limiter.Reply{}, err
+		}
+		return limiter.DecodeReply(v, limiter.OpAcquire, 1)
 	})
 	if err != nil {
 		return limiter.Result{}, err

@@ -4,13 +4,17 @@
 -- KEYS[2..] state keys of the algorithm (named by the algorithm's file)
 -- ARGV[1]   op: 'acquire' | 'peek' | 'release'
 -- ARGV[2]   epoch the caller expects ('' skips the check)
--- ARGV[3..] acquire: permits of each coalesced request, decided in order;
+-- ARGV[3..] acquire: a pair per coalesced request, decided in order:
+--             permits, max_wait_ms (how long the caller may wait; 0 = now)
 --           release: the permits given back
 -- Reply: {status, epoch, results...}
 --   status 0: ok; 1: no such limiter (no config); 2: the epoch changed
 --   (config or state was replaced: the caller refreshes and retries).
 --   acquire results: 4 integers per request
 --     {granted (1|0|-1 = more than capacity), remaining, retry_after_ms, reset_after_ms}
+--     A grant with retry_after_ms > 0 is a reservation: the permits are
+--     booked now and take effect after retry_after_ms (the caller holds
+--     the reply until then, or releases them if it gives up).
 --   peek / release results: {available}
 local conf = redis.call('HMGET', KEYS[1], 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms')
 if not conf[1] then

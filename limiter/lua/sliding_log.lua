@@ -69,7 +69,7 @@ local function until_freed(need)
   end
 end
 
-local function try(n)
+local function try(n, _)
   if used + n > rate then
     return 0, available(), until_freed(used + n - rate), until_empty()
   end

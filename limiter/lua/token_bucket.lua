@@ -26,10 +26,14 @@ local function available()
   return math.max(0, burst - level)
 end
 
-local function try(n)
-  if level + n <= burst + EPS then
+-- A request that may wait books permits ahead: the level may go above
+-- burst by what refills within the wait, and the grant takes effect once
+-- the level is back at burst. Later requests queue behind it (FIFO).
+local function try(n, wait_us)
+  local over = (level + n - burst) * per_permit -- time until n fit
+  if level + n <= burst + EPS or over <= wait_us then
     level = level + n
-    return 1, available(), 0, level * per_permit
+    return 1, available(), math.max(0, over), level * per_permit
   end
   return 0, available(), (level + n - burst) * per_permit, level * per_permit
 end

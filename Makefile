@@ -1,0 +1,34 @@
+# The one entry point for humans and CI. `make test` works on a fresh
+# machine: it installs redis-server and redis-cli when they are missing.
+GO ?= go
+FUZZTIME ?= 10s
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test deps check unit fuzz bench
+
+run:
+	$(GO) run ./cmd/rlproxy
+
+test: deps check unit fuzz
+
+deps:
+	@if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v redis-benchmark >/dev/null; then \
+		echo "installing redis-server and redis-tools"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools; \
+	fi
+	@redis-server --version
+
+check:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 -timeout 8m ./...
+
+# A short run of each fuzz target (the seed corpus also runs in `unit`).
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzParseSetRate$$' -fuzztime=$(FUZZTIME) ./commands
+	$(GO) test -run='^$$' -fuzz='^FuzzParseAcquire$$' -fuzztime=$(FUZZTIME) ./commands
+
+bench: deps
+	$(GO) test -run='^$$' -bench=. -benchmem ./...
