@@ -25,6 +25,10 @@ type Options struct {
 	Timeout time.Duration
 	// PoolSize is the connections per node (0 = go-redis default).
 	PoolSize int
+	// BreakerCooldown is how long a standalone node that failed to answer
+	// is skipped before one probe call (0 = no breaker). A cluster relies
+	// on go-redis's own tracking of failing nodes.
+	BreakerCooldown time.Duration
 	// Scripts are loaded onto every node at start (optional).
 	Scripts []*redis.Script
 }
@@ -39,8 +43,10 @@ type Client interface {
 // Node is one place limiter scripts run: a standalone Redis server, or a
 // whole Redis Cluster (whose client routes each call by key slot).
 type Node struct {
-	name   string
-	client Client
+	name    string
+	client  Client
+	breaker breaker
+	stats   counters
 }
 
 // Name is how errors and INFO name the node (its address).
@@ -51,14 +57,22 @@ func (n *Node) Client() Client { return n.client }
 
 // Eval runs a script on the node.
 func (n *Node) Eval(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
-	v, err := s.Run(ctx, n.client, keys, args...).Result()
-	return v, n.wrap(err)
+	var v any
+	err := n.do(func() (err error) {
+		v, err = s.Run(ctx, n.client, keys, args...).Result()
+		return err
+	})
+	return v, err
 }
 
 // HGetAll reads a hash; an empty map means no such key.
 func (n *Node) HGetAll(ctx context.Context, key string) (map[string]string, error) {
-	h, err := n.client.HGetAll(ctx, key).Result()
-	return h, n.wrap(err)
+	var h map[string]string
+	err := n.do(func() (err error) {
+		h, err = n.client.HGetAll(ctx, key).Result()
+		return err
+	})
+	return h, err
 }
 
 // Del deletes keys one by one (they may live in different cluster slots)
@@ -66,9 +80,13 @@ func (n *Node) HGetAll(ctx context.Context, key string) (map[string]string, erro
 func (n *Node) Del(ctx context.Context, keys ...string) (int64, error) {
 	var total int64
 	for _, k := range keys {
-		c, err := n.client.Del(ctx, k).Result()
+		var c int64
+		err := n.do(func() (err error) {
+			c, err = n.client.Del(ctx, k).Result()
+			return err
+		})
 		if err != nil {
-			return total, n.wrap(err)
+			return total, err
 		}
 		total += c
 	}
@@ -84,6 +102,9 @@ var ErrUnavailable = errors.New("backend unavailable")
 // unavailable.
 func (n *Node) wrap(err error) error {
 	if err == nil || errors.Is(err, redis.Nil) {
+		return err
+	}
+	if errors.Is(err, ErrUnavailable) {
 		return err
 	}
 	var rerr redis.Error

@@ -39,7 +39,9 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 				return nil, fmt.Errorf("backend %q: %w", u, err)
 			}
 			applyTimeouts(opt, o)
-			p.nodes = append(p.nodes, &Node{name: opt.Addr, client: redis.NewClient(opt)})
+			n := &Node{name: opt.Addr, client: redis.NewClient(opt)}
+			n.breaker.cooldown = o.BreakerCooldown
+			p.nodes = append(p.nodes, n)
 		}
 	default:
 		e, err := StartEmbedded()

@@ -2,15 +2,11 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/rlproxy/rlproxy/limiter"
 	"github.com/rlproxy/rlproxy/sharding"
 )
-
-// ErrWaitUnsupported answers TIMEOUT and BLOCK until waiting is built.
-var ErrWaitUnsupported = errors.New("TIMEOUT and BLOCK are not supported yet: call RL.ACQUIRE without them and retry after retry_after_ms")
 
 // Limiters returns the RL.* commands, served by l.
 func Limiters(l *sharding.Limiters, o Options) []Command {
@@ -105,10 +101,15 @@ func (h *handlers) acquire(ctx context.Context, c Caller, args []string) (any, e
 	if err != nil {
 		return nil, err
 	}
+	req := sharding.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits}
+	var res limiter.Result
 	if r.Block || r.Timeout > 0 {
-		return nil, ErrWaitUnsupported
+		ctx, cancel := c.Watch(ctx)
+		defer cancel()
+		res, err = h.l.AcquireWait(ctx, req, r.Timeout)
+	} else {
+		res, err = h.l.Acquire(ctx, req)
 	}
-	res, err := h.l.Acquire(ctx, sharding.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits})
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,9 @@ import (
 type Caller interface {
 	// Name is the connection's name (CLIENT SETNAME), "" when unnamed.
 	Name() string
+	// Watch returns a context that ends when the client disconnects, for
+	// handlers that wait.
+	Watch(ctx context.Context) (context.Context, context.CancelFunc)
 }
 
 // Handler runs one command. args[0] is the command name as sent.

@@ -156,3 +156,8 @@ func (c Config) Capacity() int64 {
 	}
 	return capacity
 }
+
+// Reserves reports whether the algorithm's script can book permits ahead
+// for a caller willing to wait (so waiters are served in order across
+// proxies).
+func (a Algo) Reserves() bool { return a == TokenBucket || a == LeakyBucket }

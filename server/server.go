@@ -107,9 +107,36 @@ type client struct {
 	buf     []byte
 	ctx     context.Context
 	cancel  context.CancelFunc
+	conn    net.Conn
 }
 
 func (c *client) Name() string { return c.name }
+
+// watchEvery is how often a waiting client's socket is checked.
+const watchEvery = 50 * time.Millisecond
+
+// Watch returns a context that ends when the client disconnects (checked
+// every watchEvery) or when cancel is called. Handlers that wait use it
+// so a gone client stops costing anything.
+func (c *client) Watch(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		t := time.NewTicker(watchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if peerGone(c.conn) {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return ctx, cancel
+}
 
 func (s *Server) accept(conn redcon.Conn) bool {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -121,6 +148,7 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		authed:  s.opts.RequirePass == "",
 		ctx:     ctx,
 		cancel:  cancel,
+		conn:    conn.NetConn(),
 	}
 	conn.SetContext(c)
 	s.stats.connections.Add(1)

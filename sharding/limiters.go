@@ -6,35 +6,66 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/limiter"
 )
 
+// Options configure Limiters.
+type Options struct {
+	// KeyPrefix starts every key rlproxy writes.
+	KeyPrefix string
+	// MaxProbes is how many other shards a denied request tries.
+	MaxProbes int
+	// OnBackendError is what an acquire answers when the backend it needs
+	// is unavailable: "error" (default), "allow" or "deny".
+	OnBackendError string
+	// DenyCache answers repeated denials locally until their retry_after.
+	DenyCache bool
+	// MaxWaiters bounds the clients waiting (TIMEOUT/BLOCK) at once.
+	MaxWaiters int
+}
+
 // Limiters runs limiter operations on the backend pool: it knows which
-// node holds each sub-limiter, caches limiter configs, and retries once a
-// script says the config it was given has changed.
+// node holds each sub-limiter, caches limiter configs, coalesces
+// concurrent acquires of one sub-limiter into one script call, and retries
+// once a script says the config it was given has changed.
 type Limiters struct {
 	pool    *backend.Pool
 	keys    limiter.Keys
 	scripts *limiter.Scripts
+	opts    Options
 	names   []string // node names, for placement
 
 	mu    sync.RWMutex
 	cache map[string]limiter.Stored
+
+	batches backend.Coalescer[limiter.Ask, answer]
+	denials denyCache
+	queues  queues
+	waiters atomic.Int64
+	stats   Stats
+}
+
+// Stats count decisions, for INFO.
+type Stats struct {
+	Granted, Denied, Errors, CachedDenials atomic.Int64
 }
 
 // maxCached bounds the config cache; past it a random entry is dropped
 // (configs are re-read on demand, so dropping one only costs a read).
 const maxCached = 100_000
 
-// New returns Limiters over a pool. prefix starts every key rlproxy writes.
-func New(pool *backend.Pool, scripts *limiter.Scripts, prefix string) *Limiters {
+// New returns Limiters over a pool.
+func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 	l := &Limiters{
 		pool:    pool,
-		keys:    limiter.Keys{Prefix: prefix},
+		keys:    limiter.Keys{Prefix: o.KeyPrefix},
 		scripts: scripts,
+		opts:    o,
 		cache:   map[string]limiter.Stored{},
 	}
 	for _, n := range pool.Nodes() {
@@ -42,6 +73,12 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, prefix string) *Limiters 
 	}
 	return l
 }
+
+// Stats returns the decision counters.
+func (l *Limiters) Stats() *Stats { return &l.stats }
+
+// Supports reports whether rlproxy has a script for an algorithm.
+func (l *Limiters) Supports(a limiter.Algo) bool { return l.scripts.Limiter(a) != nil }
 
 // node returns the node that holds one sub-limiter.
 func (l *Limiters) node(name string, shard int) *backend.Node {
@@ -152,10 +189,13 @@ func (l *Limiters) config(ctx context.Context, name string, fresh bool) (*limite
 	return st, err
 }
 
+// forget drops what this proxy remembers of a limiter: its config and
+// its cached denials.
 func (l *Limiters) forget(name string) {
 	l.mu.Lock()
 	delete(l.cache, name)
 	l.mu.Unlock()
+	l.denials.forget(name)
 }
 
 // Request is one call on a limiter.
@@ -163,6 +203,9 @@ type Request struct {
 	Name    string
 	Client  string // connection name; selects the budget in PER_CLIENT mode
 	Permits int64
+	// MaxWait lets an algorithm that books ahead reserve permits that come
+	// within it (see AcquireWait).
+	MaxWait time.Duration
 }
 
 // clientKey is the state-key suffix of a request's budget: "" for a
@@ -178,101 +221,216 @@ func clientKey(st *limiter.Stored, client string) string {
 	return "n=" + client
 }
 
-// errRetry asks run to reload the config and try again.
-var errRetry = errors.New("config changed")
+// answer is one sub-limiter's decision on one request.
+type answer struct {
+	limiter.Result
+	status limiter.Status
+	epoch  string
+}
 
-// run runs one limiter script op on a shard chosen by pick, reloading the
-// config and retrying when the script reports it changed.
-func (l *Limiters) run(ctx context.Context, r Request, op limiter.Op, check func(*limiter.Stored) error,
-	call func(st *limiter.Stored, shard int, keys []string) (limiter.Reply, error)) (limiter.Reply, error) {
+// errConfigChanged asks the caller to reload the config and try again.
+var errConfigChanged = errors.New("limiter config changed")
+
+// Acquire asks for r.Permits permits: it tries a shard, and on a denial up
+// to MaxProbes others, skipping shards whose node is down.
+func (l *Limiters) Acquire(ctx context.Context, r Request) (limiter.Result, error) {
+	res, _, err := l.acquireCounted(ctx, r)
+	return res, err
+}
+
+// acquireCounted is Acquire that also says which shard answered.
+func (l *Limiters) acquireCounted(ctx context.Context, r Request) (limiter.Result, int, error) {
+	res, shard, err := l.acquire(ctx, r)
+	switch {
+	case err == nil && res.Granted:
+		l.stats.Granted.Add(1)
+	case err == nil:
+		l.stats.Denied.Add(1)
+	default:
+		l.stats.Errors.Add(1)
+		if errors.Is(err, backend.ErrUnavailable) {
+			res, err = l.onBackendError(err)
+		}
+	}
+	return res, shard, err
+}
+
+// onBackendError applies the configured policy when a needed backend is down.
+func (l *Limiters) onBackendError(err error) (limiter.Result, error) {
+	switch l.opts.OnBackendError {
+	case "allow":
+		return limiter.Result{Granted: true}, nil
+	case "deny":
+		return limiter.Result{RetryAfterMs: 1000, ResetAfterMs: 1000}, nil
+	}
+	return limiter.Result{}, err
+}
+
+func (l *Limiters) acquire(ctx context.Context, r Request) (limiter.Result, int, error) {
 	for attempt := 0; ; attempt++ {
 		st, err := l.config(ctx, r.Name, attempt > 0)
 		if err != nil {
-			return limiter.Reply{}, err
+			return limiter.Result{}, 0, err
 		}
-		if check != nil {
-			if err := check(st); err != nil {
-				if attempt == 0 {
-					continue // the cached config may be old: check the current one
-				}
-				return limiter.Reply{}, err
+		if c := st.Capacity(); r.Permits > c {
+			if attempt == 0 {
+				continue // the cached config may be old: check the current one
 			}
+			return limiter.Result{}, 0, &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: c}
+		}
+		res, shard, err := l.acquireShards(ctx, st, r)
+		if errors.Is(err, errConfigChanged) && attempt < 3 {
+			l.forget(r.Name)
+			continue
+		}
+		return res, shard, err
+	}
+}
+
+func (l *Limiters) acquireShards(ctx context.Context, st *limiter.Stored, r Request) (limiter.Result, int, error) {
+	client := clientKey(st, r.Client)
+	var denied merged
+	var lastErr error
+	for _, shard := range Probe(st.Shards, l.opts.MaxProbes, rand.Uint64()) {
+		k := subKey{shard: shard, epoch: st.Epoch, client: client}
+		if l.opts.DenyCache && r.MaxWait == 0 {
+			if res, ok := l.denials.check(r.Name, k, r.Permits, time.Now()); ok {
+				l.stats.CachedDenials.Add(1)
+				denied.add(res.Remaining, res.RetryAfterMs, res.ResetAfterMs)
+				continue
+			}
+		}
+		sent := time.Now()
+		a, err := l.acquireOn(ctx, st, r, shard, client)
+		if err != nil {
+			lastErr = err
+			if errors.Is(err, backend.ErrUnavailable) {
+				continue // other shards may still serve
+			}
+			return limiter.Result{}, 0, err
+		}
+		switch {
+		case a.status == limiter.StatusNoLimiter && shard == 0:
+			l.forget(r.Name)
+			return limiter.Result{}, 0, &NoLimiterError{Name: r.Name}
+		case a.status != limiter.StatusOK:
+			return limiter.Result{}, 0, errConfigChanged
+		case a.OverCapacity:
+			return limiter.Result{}, 0, errConfigChanged
+		case a.Granted:
+			return a.Result, shard, nil
+		}
+		if l.opts.DenyCache && r.MaxWait == 0 {
+			l.denials.add(r.Name, k, r.Permits, sent, a.Result)
+		}
+		denied.add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
+	}
+	if denied.n == 0 {
+		return limiter.Result{}, 0, lastErr
+	}
+	return limiter.Result{
+		Remaining:    denied.res.remaining,
+		RetryAfterMs: denied.res.retryAfter,
+		ResetAfterMs: denied.res.resetAfter,
+	}, 0, nil
+}
+
+// acquireOn asks one sub-limiter. Concurrent requests for the same
+// sub-limiter share one script call. The call runs to its end even when
+// the client goes away (ctx ends); permits granted to nobody are given
+// back.
+func (l *Limiters) acquireOn(ctx context.Context, st *limiter.Stored, r Request, shard int, client string) (answer, error) {
+	node := l.node(r.Name, shard)
+	script := l.scripts.Limiter(st.Algo)
+	if script == nil {
+		return answer{}, fmt.Errorf("algorithm '%s' is not supported yet", st.Algo)
+	}
+	keys := l.keys.Script(st.Algo, r.Name, shard, st.Epoch, client)
+	run := func(ctx context.Context, asks []limiter.Ask) ([]answer, error) {
+		v, err := node.Eval(ctx, script, keys, limiter.AcquireArgs(st.Epoch, asks)...)
+		if err != nil {
+			return nil, err
+		}
+		rep, err := limiter.DecodeReply(v, limiter.OpAcquire, len(asks))
+		if err != nil {
+			return nil, err
+		}
+		out := make([]answer, len(asks))
+		for i := range out {
+			out[i] = answer{status: rep.Status, epoch: rep.Epoch}
+			if rep.Status == limiter.StatusOK {
+				out[i].Result = rep.Results[i]
+			}
+		}
+		return out, nil
+	}
+	a, err := l.batches.Do(context.Background(), node.Name()+"\x00"+keys[1], limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, run)
+	if err == nil && a.Granted && ctx.Err() != nil {
+		l.giveBack(st, r.Name, shard, client, r.Permits) //nolint:errcheck // best effort for a gone client
+	}
+	return a, err
+}
+
+// giveBack returns permits granted to a client that is gone (best
+// effort: if the config changed meanwhile, its state is gone anyway).
+func (l *Limiters) giveBack(st *limiter.Stored, name string, shard int, client string, permits int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	keys := l.keys.Script(st.Algo, name, shard, st.Epoch, client)
+	_, err := l.node(name, shard).Eval(ctx, l.scripts.Limiter(st.Algo), keys, limiter.Args(limiter.OpRelease, st.Epoch, permits)...)
+	return err
+}
+
+// eachShard runs a peek or release op on every shard of a limiter and
+// sums what they report available.
+func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, permits func(shard int, st *limiter.Stored) []int64) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		st, err := l.config(ctx, r.Name, attempt > 0)
+		if err != nil {
+			return 0, err
 		}
 		script := l.scripts.Limiter(st.Algo)
 		if script == nil {
-			return limiter.Reply{}, fmt.Errorf("algorithm '%s' is not supported yet", st.Algo)
+			return 0, fmt.Errorf("algorithm '%s' is not supported yet", st.Algo)
 		}
-		rep, err := call(st, 0, l.keys.Script(st.Algo, r.Name, 0, st.Epoch, clientKey(st, r.Client)))
-		if err != nil {
-			return rep, err
-		}
-		switch rep.Status {
-		case limiter.StatusOK:
-			return rep, nil
-		case limiter.StatusNoLimiter, limiter.StatusEpochChange:
-			l.forget(r.Name)
-			if attempt >= 2 {
-				if rep.Status == limiter.StatusNoLimiter {
-					return rep, &NoLimiterError{Name: r.Name}
-				}
-				return rep, fmt.Errorf("limiter '%s' keeps changing; try again", r.Name)
+		var total int64
+		changed := false
+		for shard := 0; shard < st.Shards && !changed; shard++ {
+			keys := l.keys.Script(st.Algo, r.Name, shard, st.Epoch, clientKey(st, r.Client))
+			v, err := l.node(r.Name, shard).Eval(ctx, script, keys, limiter.Args(op, st.Epoch, permits(shard, st)...)...)
+			if err != nil {
+				return 0, err
 			}
-		default:
-			return rep, fmt.Errorf("limiter script: unknown status %d", rep.Status)
+			rep, err := limiter.DecodeReply(v, op, 0)
+			if err != nil {
+				return 0, err
+			}
+			changed = rep.Status != limiter.StatusOK
+			total += rep.Count
 		}
-	}
-}
-
-func (l *Limiters) eval(ctx context.Context, name string, shard int, script *redis.Script, keys []string, op limiter.Op, epoch string, permits ...int64) (limiter.Reply, error) {
-	v, err := l.node(name, shard).Eval(ctx, script, keys, limiter.Args(op, epoch, permits...)...)
-	if err != nil {
-		return limiter.Reply{}, err
-	}
-	return limiter.DecodeReply(v, op, 0)
-}
-
-// Acquire asks for r.Permits permits now.
-func (l *Limiters) Acquire(ctx context.Context, r Request) (limiter.Result, error) {
-	check := func(st *limiter.Stored) error {
-		if c := st.Capacity(); r.Permits > c {
-			return &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: c}
+		if !changed {
+			return total, nil
 		}
-		return nil
-	}
-	rep, err := l.run(ctx, r, limiter.OpAcquire, check, func(st *limiter.Stored, shard int, keys []string) (limiter.Reply, error) {
-		v, err := l.node(r.Name, shard).Eval(ctx, l.scripts.Limiter(st.Algo), keys, limiter.AcquireArgs(st.Epoch, []limiter.Ask{{Permits: r.Permits}})...)
-		if err != nil {
-			return limiter.Reply{}, err
-		}
-		return limiter.DecodeReply(v, limiter.OpAcquire, 1)
-	})
-	if err != nil {
-		return limiter.Result{}, err
-	}
-	res := rep.Results[0]
-	if res.OverCapacity {
-		// The config changed under us to a smaller capacity.
 		l.forget(r.Name)
-		return res, &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: res.Remaining}
+		if attempt >= 2 {
+			return 0, fmt.Errorf("limiter '%s' keeps changing; try again", r.Name)
+		}
 	}
-	return res, nil
 }
 
-// Available returns the permits r.Client could acquire now.
+// Available returns the permits r.Client could acquire now, summed over shards.
 func (l *Limiters) Available(ctx context.Context, r Request) (int64, error) {
-	rep, err := l.run(ctx, r, limiter.OpPeek, nil, func(st *limiter.Stored, shard int, keys []string) (limiter.Reply, error) {
-		return l.eval(ctx, r.Name, shard, l.scripts.Limiter(st.Algo), keys, limiter.OpPeek, st.Epoch)
-	})
-	return rep.Count, err
+	return l.eachShard(ctx, r, limiter.OpPeek, func(int, *limiter.Stored) []int64 { return nil })
 }
 
-// Release gives r.Permits permits back (never above capacity) and returns
-// the permits available afterwards.
+// Release gives r.Permits permits back, split over the shards like the
+// rate is (each capped at its capacity), and returns the permits
+// available afterwards.
 func (l *Limiters) Release(ctx context.Context, r Request) (int64, error) {
-	rep, err := l.run(ctx, r, limiter.OpRelease, nil, func(st *limiter.Stored, shard int, keys []string) (limiter.Reply, error) {
-		return l.eval(ctx, r.Name, shard, l.scripts.Limiter(st.Algo), keys, limiter.OpRelease, st.Epoch, r.Permits)
+	l.denials.forget(r.Name)
+	return l.eachShard(ctx, r, limiter.OpRelease, func(shard int, st *limiter.Stored) []int64 {
+		return []int64{Split(r.Permits, st.Shards)[shard]}
 	})
-	return rep.Count, err
 }
 
 // Reset gives a limiter fresh, full state (its config is kept). It reports
@@ -286,7 +444,8 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 	epoch := newEpoch()
 	for shard := 0; shard < st.Shards; shard++ {
 		key := l.keys.Config(name, shard)
-		if _, err := l.node(name, shard).Eval(ctx, l.scripts.Reset, []string{key}, epoch); err != nil && !errors.Is(err, redis.Nil) {
+		_, err := l.node(name, shard).Eval(ctx, l.scripts.Reset, []string{key}, epoch)
+		if err != nil && !errors.Is(err, redis.Nil) { // Nil: no such sub-limiter
 			return false, err
 		}
 		// The shared budget's old state goes now; per-client state expires.
@@ -315,6 +474,3 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 	}
 	return true, nil
 }
-
-// Supports reports whether rlproxy has a script for an algorithm.
-func (l *Limiters) Supports(a limiter.Algo) bool { return l.scripts.Limiter(a) != nil }

@@ -34,11 +34,19 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		Timeout:  cfg.BackendTimeout,
 		PoolSize: cfg.PoolSize,
 		Scripts:  scripts.All(),
+
+		BreakerCooldown: cfg.BreakerCooldown,
 	}, log)
 	if err != nil {
 		return nil, err
 	}
-	limiters := sharding.New(pool, scripts, cfg.KeyPrefix)
+	limiters := sharding.New(pool, scripts, sharding.Options{
+		KeyPrefix:      cfg.KeyPrefix,
+		MaxProbes:      cfg.MaxProbes,
+		OnBackendError: cfg.OnBackendError,
+		DenyCache:      cfg.DenyCache,
+		MaxWaiters:     cfg.MaxWaiters,
+	})
 	srv := server.New(server.Options{
 		Listen:      cfg.Listen,
 		RequirePass: cfg.RequirePass,

@@ -1,0 +1,97 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// breaker is a node's circuit breaker: after a node fails to answer, calls
+// to it fail at once for a cooldown instead of each waiting out a timeout;
+// then one call goes through to probe it, and success closes the breaker.
+type breaker struct {
+	cooldown time.Duration
+
+	mu        sync.Mutex
+	openUntil time.Time // zero when closed
+	lastErr   error
+}
+
+// allow reports whether a call may go to the node now. While open, one
+// call per cooldown is let through as a probe.
+func (b *breaker) allow(now time.Time) error {
+	if b.cooldown <= 0 {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.openUntil.IsZero() || now.After(b.openUntil) {
+		if !b.openUntil.IsZero() {
+			b.openUntil = now.Add(b.cooldown) // this call is the probe
+		}
+		return nil
+	}
+	return fmt.Errorf("circuit open after: %w", b.lastErr)
+}
+
+func (b *breaker) record(now time.Time, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		b.openUntil, b.lastErr = time.Time{}, nil
+		return
+	}
+	b.openUntil, b.lastErr = now.Add(b.cooldown), err
+}
+
+func (b *breaker) isOpen() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.openUntil.IsZero()
+}
+
+// Stats are a node's counters, for INFO.
+type Stats struct {
+	Calls      int64
+	Errors     int64
+	AvgLatency time.Duration
+	Up         bool
+}
+
+type counters struct {
+	calls, errors, nanos atomic.Int64
+}
+
+// Stats returns the node's counters so far.
+func (n *Node) Stats() Stats {
+	s := Stats{Calls: n.stats.calls.Load(), Errors: n.stats.errors.Load(), Up: !n.breaker.isOpen()}
+	if s.Calls > 0 {
+		s.AvgLatency = time.Duration(n.stats.nanos.Load() / s.Calls)
+	}
+	return s
+}
+
+// do runs one backend call through the breaker and the counters.
+func (n *Node) do(call func() error) error {
+	start := time.Now()
+	if err := n.breaker.allow(start); err != nil {
+		n.stats.errors.Add(1)
+		return &unavailableError{node: n.name, err: err}
+	}
+	err := call()
+	n.stats.calls.Add(1)
+	n.stats.nanos.Add(int64(time.Since(start)))
+	if err != nil {
+		n.stats.errors.Add(1)
+	}
+	werr := n.wrap(err)
+	// Error replies prove the node is alive; only unreachability opens the breaker.
+	if errors.Is(werr, ErrUnavailable) {
+		n.breaker.record(time.Now(), err)
+	} else if n.breaker.isOpen() {
+		n.breaker.record(time.Now(), nil)
+	}
+	return werr
+}

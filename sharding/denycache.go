@@ -1,0 +1,110 @@
+package sharding
+
+import (
+	"sync"
+	"time"
+
+	"github.com/rlproxy/rlproxy/limiter"
+)
+
+// denyCache remembers denials until their retry_after, so requests that
+// would surely be denied again are answered without a backend call (an
+// attack's traffic stays in the proxy).
+//
+// It never denies a request the backend would grant: a denial of n
+// permits at time t with retry_after r means no request for n or more
+// permits can be granted before t+r — unless permits come back by
+// RL.RELEASE, RL.RESET or a rate change. Those invalidate the cache on
+// this proxy; on other proxies a cached denial outlives them by at most
+// its retry_after.
+type denyCache struct {
+	mu     sync.Mutex
+	byName map[string]map[subKey]denial
+	size   int
+}
+
+type subKey struct {
+	shard         int
+	epoch, client string
+}
+
+type denial struct {
+	permits int64
+	sent    time.Time // the decision was made no earlier than this
+	until   time.Time // answer locally until then
+	res     limiter.Result
+}
+
+// maxDenials bounds the cache; past it, new denials are not remembered.
+const maxDenials = 100_000
+
+// check returns the cached denial for a request of permits, with its
+// durations brought up to now.
+func (c *denyCache) check(name string, k subKey, permits int64, now time.Time) (limiter.Result, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.byName[name][k]
+	if !ok {
+		return limiter.Result{}, false
+	}
+	if !now.Before(d.until) {
+		c.remove(name, k)
+		return limiter.Result{}, false
+	}
+	if permits < d.permits {
+		return limiter.Result{}, false
+	}
+	res := d.res
+	elapsed := now.Sub(d.sent).Milliseconds()
+	res.RetryAfterMs = max(1, res.RetryAfterMs-elapsed) // never 0: that would read as granted
+	res.ResetAfterMs = max(res.RetryAfterMs, res.ResetAfterMs-elapsed)
+	return res, true
+}
+
+// add remembers a denial decided no earlier than sent. retry_after is
+// rounded up to whole ms by the script, so one ms is taken off to stay on
+// the safe side.
+func (c *denyCache) add(name string, k subKey, permits int64, sent time.Time, res limiter.Result) {
+	until := sent.Add(time.Duration(res.RetryAfterMs-1) * time.Millisecond)
+	if !until.After(sent) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byName == nil {
+		c.byName = map[string]map[subKey]denial{}
+	}
+	m := c.byName[name]
+	if m == nil {
+		if c.size >= maxDenials {
+			return
+		}
+		m = map[subKey]denial{}
+		c.byName[name] = m
+	}
+	if _, ok := m[k]; !ok {
+		if c.size >= maxDenials {
+			return
+		}
+		c.size++
+	}
+	m[k] = denial{permits: permits, sent: sent, until: until, res: res}
+}
+
+func (c *denyCache) remove(name string, k subKey) {
+	if _, ok := c.byName[name][k]; ok {
+		delete(c.byName[name], k)
+		c.size--
+		if len(c.byName[name]) == 0 {
+			delete(c.byName, name)
+		}
+	}
+}
+
+// forget drops every cached denial of a limiter.
+func (c *denyCache) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.size -= len(c.byName[name])
+	delete(c.byName, name)
+}

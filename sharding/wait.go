@@ -1,0 +1,215 @@
+package sharding
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rlproxy/rlproxy/limiter"
+)
+
+// Waiting (RL.ACQUIRE ... TIMEOUT d | BLOCK).
+//
+// A waiting request holds only its own client's reply: no backend
+// connection is held while it waits, and it never polls — it sleeps until
+// the time the limiter told it.
+//
+//   - Algorithms that book ahead (token-bucket, leaky-bucket) reserve the
+//     permits in the script: the grant is decided at once, in the order
+//     the backend receives requests, so waiters are served first come,
+//     first served across every proxy. The reply is held until the
+//     reservation's time; a client that disconnects meanwhile gets its
+//     permits released.
+//   - The others (sliding-log, sliding-window, fixed-window) queue waiters
+//     of one budget in this proxy in arrival order (FIFO): the head asks,
+//     sleeps until retry_after, asks again; the rest wait behind it.
+//
+// If the permits cannot come within the timeout, the denial is answered
+// at once rather than after the timeout (like Guava's tryAcquire with a
+// timeout): retry_after says when they could.
+
+// blockWait is how far ahead BLOCK may book: effectively forever.
+const blockWait = limiter.MaxInterval
+
+// ErrTooManyWaiters: max_waiters clients are already waiting.
+type ErrTooManyWaiters struct{ Max int }
+
+func (e ErrTooManyWaiters) Error() string {
+	return fmt.Sprintf("too many waiting clients (max_waiters is %d); try again later", e.Max)
+}
+
+// AcquireWait asks for permits, waiting up to timeout (or forever when
+// timeout is 0) for them. ctx ends when the client disconnects.
+func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Duration) (limiter.Result, error) {
+	if n := l.waiters.Add(1); l.opts.MaxWaiters > 0 && n > int64(l.opts.MaxWaiters) {
+		l.waiters.Add(-1)
+		return limiter.Result{}, ErrTooManyWaiters{Max: l.opts.MaxWaiters}
+	}
+	defer l.waiters.Add(-1)
+	deadline := time.Time{}
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	st, err := l.config(ctx, r.Name, false)
+	if err != nil {
+		return limiter.Result{}, err
+	}
+	if st.Algo.Reserves() {
+		return l.reserve(ctx, r, st, deadline)
+	}
+	return l.queue(ctx, r, st, deadline)
+}
+
+// left is the wait allowed from now until deadline (zero: none).
+func left(deadline time.Time) time.Duration {
+	if deadline.IsZero() {
+		return blockWait
+	}
+	return max(0, time.Until(deadline))
+}
+
+func (l *Limiters) reserve(ctx context.Context, r Request, st *limiter.Stored, deadline time.Time) (limiter.Result, error) {
+	r.MaxWait = left(deadline)
+	res, shard, err := l.acquireCounted(ctx, r)
+	if err != nil || !res.Granted || res.RetryAfterMs == 0 {
+		return res, err
+	}
+	wait := time.Duration(res.RetryAfterMs) * time.Millisecond
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		res.ResetAfterMs = max(0, res.ResetAfterMs-res.RetryAfterMs)
+		res.RetryAfterMs = 0
+		return res, nil
+	case <-ctx.Done():
+		// Nobody will use these permits: hand them back.
+		if err := l.giveBack(st, r.Name, shard, clientKey(st, r.Client), r.Permits); err != nil {
+			return limiter.Result{}, err
+		}
+		return limiter.Result{}, ctx.Err()
+	}
+}
+
+func (l *Limiters) queue(ctx context.Context, r Request, st *limiter.Stored, deadline time.Time) (limiter.Result, error) {
+	key := r.Name + "\x00" + clientKey(st, r.Client)
+	q := l.queues.get(key)
+	defer l.queues.put(key)
+	lockCtx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		lockCtx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	if err := q.lock(lockCtx); err != nil {
+		if ctx.Err() != nil {
+			return limiter.Result{}, ctx.Err()
+		}
+		// Timed out behind other waiters: answer as a denial now.
+		res, err := l.Acquire(ctx, r)
+		return res, err
+	}
+	defer q.unlock()
+	for {
+		res, err := l.Acquire(ctx, r)
+		if err != nil || res.Granted {
+			return res, err
+		}
+		wait := time.Duration(res.RetryAfterMs) * time.Millisecond
+		if wait > left(deadline) {
+			return res, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return limiter.Result{}, ctx.Err()
+		}
+	}
+}
+
+// queues holds a FIFO lock per waited-on budget, dropped when unused.
+type queues struct {
+	mu sync.Mutex
+	m  map[string]*fifo
+}
+
+func (qs *queues) get(key string) *fifo {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.m == nil {
+		qs.m = map[string]*fifo{}
+	}
+	q := qs.m[key]
+	if q == nil {
+		q = &fifo{}
+		qs.m[key] = q
+	}
+	q.refs++
+	return q
+}
+
+func (qs *queues) put(key string) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q := qs.m[key]; q != nil {
+		if q.refs--; q.refs == 0 {
+			delete(qs.m, key)
+		}
+	}
+}
+
+// fifo is a lock granted in arrival order.
+type fifo struct {
+	refs int // guarded by queues.mu
+
+	mu      sync.Mutex
+	held    bool
+	waiting []chan struct{}
+}
+
+func (q *fifo) lock(ctx context.Context) error {
+	q.mu.Lock()
+	if !q.held {
+		q.held = true
+		q.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	q.waiting = append(q.waiting, ch)
+	q.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		for i, c := range q.waiting {
+			if c == ch {
+				q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+				return ctx.Err()
+			}
+		}
+		// Handed the lock just as ctx ended: pass it on.
+		q.unlockLocked()
+		return ctx.Err()
+	}
+}
+
+func (q *fifo) unlock() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.unlockLocked()
+}
+
+func (q *fifo) unlockLocked() {
+	if len(q.waiting) == 0 {
+		q.held = false
+		return
+	}
+	next := q.waiting[0]
+	q.waiting = q.waiting[1:]
+	close(next)
+}
