@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -111,6 +112,21 @@ func (n *Node) loadScripts(ctx context.Context, scripts []*redis.Script) error {
 
 // Nodes are the pool's nodes. A cluster is one node: its client routes by slot.
 func (p *Pool) Nodes() []*Node { return p.nodes }
+
+// Info returns the INFO lines of the backends section: one per node.
+func (p *Pool) Info() []string {
+	lines := make([]string, len(p.nodes))
+	for i, n := range p.nodes {
+		s := n.Stats()
+		state := "up"
+		if !s.Up {
+			state = "down"
+		}
+		lines[i] = fmt.Sprintf("node%d:addr=%s,state=%s,calls=%d,errors=%d,avg_latency_us=%d",
+			i, strings.ReplaceAll(n.name, " ", "_"), state, s.Calls, s.Errors, s.AvgLatency.Microseconds())
+	}
+	return lines
+}
 
 // IsCluster reports whether the pool is a Redis Cluster.
 func (p *Pool) IsCluster() bool { return p.cluster }

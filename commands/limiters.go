@@ -38,7 +38,7 @@ func Limiters(l *sharding.Limiters, o Options) []Command {
 					{Name: "timeout", Type: "string", Token: "TIMEOUT"},
 					{Name: "block", Type: "pure-token", Token: "BLOCK"}}},
 			},
-			Handler: h.acquire,
+			Handler: h.acquire, Concurrent: true,
 		},
 		{
 			Name: "RL.AVAILABLE", Arity: 2, Flags: []string{"readonly"}, KeyPos: 1, Group: "ratelimit",
@@ -88,9 +88,6 @@ func (h *handlers) setRate(ctx context.Context, _ Caller, args []string) (any, e
 	}
 	if !h.l.Supports(r.Config.Algo) {
 		return nil, fmt.Errorf("algorithm '%s' is not supported yet", r.Config.Algo)
-	}
-	if r.Config.Shards > 1 {
-		return nil, fmt.Errorf("SHARDS above 1 is not supported yet")
 	}
 	changed, err := h.l.SetRate(ctx, r.Name, r.Config, r.SetRateOptions)
 	return boolInt(changed), err

@@ -44,6 +44,10 @@ type Command struct {
 	Summary string
 	Args    []Arg
 	Handler Handler
+	// Concurrent commands may run at the same time as neighbouring
+	// concurrent commands of one client's pipeline (replies keep their
+	// order). Only for commands that read and change no connection state.
+	Concurrent bool
 	// Sub are subcommands (CLIENT SETNAME, COMMAND DOCS, ...), by upper-case name.
 	Sub []Command
 }

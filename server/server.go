@@ -178,20 +178,61 @@ func (s *Server) connectedClients() int {
 	return len(s.clients)
 }
 
-// handle runs one command and writes its reply. redcon flushes once per
-// pipeline of commands read together.
+// handle runs the commands a client sent together (one pipeline, as far
+// as it has been read) and writes their replies in order; redcon flushes
+// once per pipeline. Neighbouring commands marked Concurrent (RL.ACQUIRE)
+// run at the same time, so a client's pipelined acquires share coalesced
+// backend calls instead of paying one round trip each.
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	c := conn.Context().(*client)
-	args := make([]string, len(cmd.Args))
-	for i, a := range cmd.Args {
-		args[i] = string(a)
+	cmds := append([]redcon.Command{cmd}, conn.ReadPipeline()...)
+	calls := make([][]string, len(cmds))
+	for i, cmd := range cmds {
+		calls[i] = make([]string, len(cmd.Args))
+		for j, a := range cmd.Args {
+			calls[i][j] = string(a)
+		}
 	}
-	reply := s.call(c, args)
-	c.buf = appendReply(c.buf[:0], reply, c.proto)
+	c.buf = c.buf[:0]
+	for i := 0; i < len(calls) && !c.quit; {
+		j := i + 1
+		for s.concurrent(calls[i]) && j < len(calls) && s.concurrent(calls[j]) {
+			j++
+		}
+		for _, reply := range s.callAll(c, calls[i:j]) {
+			c.buf = appendReply(c.buf, reply, c.proto)
+		}
+		i = j
+	}
 	conn.WriteRaw(c.buf)
 	if c.quit {
 		conn.Close()
 	}
+}
+
+// concurrent reports whether a call may run alongside its neighbours.
+func (s *Server) concurrent(args []string) bool {
+	cmd := s.table.Lookup(args[0])
+	return cmd != nil && cmd.Concurrent
+}
+
+// callAll runs calls, at the same time when there are several.
+func (s *Server) callAll(c *client, calls [][]string) []any {
+	replies := make([]any, len(calls))
+	if len(calls) == 1 {
+		replies[0] = s.call(c, calls[0])
+		return replies
+	}
+	var wg sync.WaitGroup
+	for i, args := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = s.call(c, args)
+		}()
+	}
+	wg.Wait()
+	return replies
 }
 
 // call dispatches one command through the table, recovering from panics.

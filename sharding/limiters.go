@@ -74,8 +74,16 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 	return l
 }
 
-// Stats returns the decision counters.
-func (l *Limiters) Stats() *Stats { return &l.stats }
+// Info returns the INFO lines of the limiters section.
+func (l *Limiters) Info() []string {
+	return []string{
+		fmt.Sprintf("granted:%d", l.stats.Granted.Load()),
+		fmt.Sprintf("denied:%d", l.stats.Denied.Load()),
+		fmt.Sprintf("denied_from_cache:%d", l.stats.CachedDenials.Load()),
+		fmt.Sprintf("errors:%d", l.stats.Errors.Load()),
+		fmt.Sprintf("waiting_clients:%d", l.waiters.Load()),
+	}
+}
 
 // Supports reports whether rlproxy has a script for an algorithm.
 func (l *Limiters) Supports(a limiter.Algo) bool { return l.scripts.Limiter(a) != nil }

@@ -52,6 +52,10 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		RequirePass: cfg.RequirePass,
 		Version:     Version,
 		Log:         log,
+		Info: []server.InfoSection{
+			{Name: "Backends", Lines: pool.Info},
+			{Name: "Limiters", Lines: limiters.Info},
+		},
 	}, commands.Limiters(limiters, commands.Options{
 		DefaultShards: cfg.DefaultShards,
 		ShardRate:     cfg.ShardRate,
