@@ -75,6 +75,11 @@ func (n *Node) HGetAll(ctx context.Context, key string) (map[string]string, erro
 	return h, err
 }
 
+// PExpire sets a key's TTL.
+func (n *Node) PExpire(ctx context.Context, key string, ttl time.Duration) error {
+	return n.do(func() error { return n.client.PExpire(ctx, key, ttl).Err() })
+}
+
 // Del deletes keys one by one (they may live in different cluster slots)
 // and returns how many existed.
 func (n *Node) Del(ctx context.Context, keys ...string) (int64, error) {

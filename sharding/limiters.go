@@ -40,8 +40,9 @@ type Limiters struct {
 	opts    Options
 	names   []string // node names, for placement
 
-	mu    sync.RWMutex
-	cache map[string]limiter.Stored
+	mu      sync.RWMutex
+	cache   map[string]limiter.Stored
+	touched map[string]time.Time // last keepAlive per limiter
 
 	batches backend.Coalescer[limiter.Ask, answer]
 	denials denyCache
@@ -67,6 +68,7 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 		scripts: scripts,
 		opts:    o,
 		cache:   map[string]limiter.Stored{},
+		touched: map[string]time.Time{},
 	}
 	for _, n := range pool.Nodes() {
 		l.names = append(l.names, n.Name())
@@ -170,6 +172,7 @@ func (l *Limiters) load(ctx context.Context, name string) (*limiter.Stored, erro
 	if len(l.cache) >= maxCached {
 		for k := range l.cache {
 			delete(l.cache, k)
+			delete(l.touched, k)
 			break
 		}
 	}
@@ -202,6 +205,7 @@ func (l *Limiters) config(ctx context.Context, name string, fresh bool) (*limite
 func (l *Limiters) forget(name string) {
 	l.mu.Lock()
 	delete(l.cache, name)
+	delete(l.touched, name)
 	l.mu.Unlock()
 	l.denials.forget(name)
 }
@@ -238,6 +242,54 @@ type answer struct {
 
 // errConfigChanged asks the caller to reload the config and try again.
 var errConfigChanged = errors.New("limiter config changed")
+
+// missingShard: a sub-limiter other than shard 0 has no config although
+// the limiter exists — its TTL ran out while other shards were used, or
+// its node restarted empty.
+type missingShard struct{ shard int }
+
+func (e *missingShard) Error() string {
+	return fmt.Sprintf("sub-limiter %d has no config", e.shard)
+}
+
+// repair writes a missing sub-limiter's config back from shard 0's, with
+// the epoch in force (its state starts full). If the limiter itself is
+// gone, it says so.
+func (l *Limiters) repair(ctx context.Context, name string, shard int) error {
+	st, err := l.load(ctx, name)
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return &NoLimiterError{Name: name}
+	}
+	if shard >= st.Shards {
+		return nil // the shard count changed: the reload routes anew
+	}
+	_, _, _, err = l.setConf(ctx, name, st.Config, Subs(st.Config)[shard], limiter.SetConfOptions{Epoch: st.Epoch})
+	return err
+}
+
+// keepAlive refreshes the TTL of a limiter's shard-0 config (which says
+// whether the limiter exists) at most every quarter TTL per proxy: with
+// many shards, shard 0 may see no request for a while although the
+// limiter is in use.
+func (l *Limiters) keepAlive(ctx context.Context, name string, st *limiter.Stored) {
+	if st.TTL <= 0 || st.Shards == 1 {
+		return // a single shard refreshes its own TTL on every call
+	}
+	now := time.Now()
+	l.mu.Lock()
+	last, ok := l.touched[name]
+	due := !ok || now.Sub(last) >= st.TTL/4
+	if due {
+		l.touched[name] = now
+	}
+	l.mu.Unlock()
+	if due {
+		l.node(name, 0).PExpire(ctx, l.keys.Config(name, 0), st.TTL) //nolint:errcheck // the next call retries
+	}
+}
 
 // Acquire asks for r.Permits permits: it tries a shard, and on a denial up
 // to MaxProbes others, skipping shards whose node is down.
@@ -286,8 +338,13 @@ func (l *Limiters) acquire(ctx context.Context, r Request) (limiter.Result, int,
 			}
 			return limiter.Result{}, 0, &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: c}
 		}
+		l.keepAlive(ctx, r.Name, st)
 		res, shard, err := l.acquireShards(ctx, st, r)
-		if errors.Is(err, errConfigChanged) && attempt < 3 {
+		var missing *missingShard
+		if errors.As(err, &missing) && attempt < 3 {
+			err = l.repair(ctx, r.Name, missing.shard)
+		}
+		if (err == nil && missing != nil) || (errors.Is(err, errConfigChanged) && attempt < 3) {
 			l.forget(r.Name)
 			continue
 		}
@@ -321,6 +378,8 @@ func (l *Limiters) acquireShards(ctx context.Context, st *limiter.Stored, r Requ
 		case a.status == limiter.StatusNoLimiter && shard == 0:
 			l.forget(r.Name)
 			return limiter.Result{}, 0, &NoLimiterError{Name: r.Name}
+		case a.status == limiter.StatusNoLimiter:
+			return limiter.Result{}, 0, &missingShard{shard: shard}
 		case a.status != limiter.StatusOK:
 			return limiter.Result{}, 0, errConfigChanged
 		case a.OverCapacity:
