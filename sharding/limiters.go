@@ -76,6 +76,9 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 	return l
 }
 
+// Stats returns the decision counters.
+func (l *Limiters) Stats() *Stats { return &l.stats }
+
 // Info returns the INFO lines of the limiters section.
 func (l *Limiters) Info() []string {
 	return []string{

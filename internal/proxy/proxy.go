@@ -5,6 +5,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/rlproxy/rlproxy/backend"
@@ -20,9 +21,10 @@ const Version = "0.1.0"
 
 // Proxy is a running rlproxy.
 type Proxy struct {
-	pool   *backend.Pool
-	server *server.Server
-	done   chan error
+	pool    *backend.Pool
+	server  *server.Server
+	metrics *metrics
+	done    chan error
 }
 
 // Start connects the backends and starts serving clients.
@@ -66,12 +68,27 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		return nil, err
 	}
 	p := &Proxy{pool: pool, server: srv, done: make(chan error, 1)}
+	if cfg.MetricsListen != "" {
+		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, limiters); err != nil {
+			srv.Close()
+			pool.Close()
+			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
+		}
+	}
 	go func() { p.done <- srv.Serve() }()
 	return p, nil
 }
 
 // Addr is the address clients connect to.
 func (p *Proxy) Addr() string { return p.server.Addr() }
+
+// MetricsAddr is the address of the Prometheus endpoint ("" when off).
+func (p *Proxy) MetricsAddr() string {
+	if p.metrics == nil {
+		return ""
+	}
+	return p.metrics.addr()
+}
 
 // Embedded reports whether the proxy runs on the embedded in-memory backend.
 func (p *Proxy) Embedded() bool { return p.pool.Embedded() }
@@ -83,6 +100,7 @@ func (p *Proxy) Done() <-chan error { return p.done }
 func (p *Proxy) Close() error {
 	err := p.server.Close()
 	<-p.done
+	p.metrics.close()
 	p.pool.Close()
 	return err
 }
