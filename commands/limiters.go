@@ -8,7 +8,7 @@ import (
 	"github.com/rlproxy/rlproxy/sharding"
 )
 
-// Limiters returns the RL.* commands, served by l.
+// Limiters returns the RL.* commands and CL.THROTTLE, served by l.
 func Limiters(l *sharding.Limiters, o Options) []Command {
 	h := &handlers{l: l, o: o}
 	key := Arg{Name: "key", Type: "key"}
@@ -65,6 +65,7 @@ func Limiters(l *sharding.Limiters, o Options) []Command {
 			Summary: "Deletes a limiter. Returns 1 if it existed, else 0.",
 			Args:    []Arg{key}, Handler: h.del,
 		},
+		Throttle(l),
 	}
 }
 

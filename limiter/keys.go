@@ -12,6 +12,7 @@ import (
 //	<prefix>{<name>:<shard>}:c                      config hash
 //	<prefix>{<name>:<shard>}:<epoch>:<k>            state key k of the algorithm
 //	<prefix>{<name>:<shard>}:<epoch>:<k>:<client>   the same, per client (PER_CLIENT)
+//	<prefix>cl{<key>}                               CL.THROTTLE state of key
 type Keys struct {
 	Prefix string
 }
@@ -32,8 +33,11 @@ func (k Keys) Config(name string, shard int) string {
 // stateSuffixes lists the state keys each algorithm's script takes after
 // the config key, in the order of its KEYS.
 var stateSuffixes = map[Algo][]string{
-	TokenBucket: {"s"},
-	SlidingLog:  {"l", "u"},
+	TokenBucket:   {"s"},
+	SlidingLog:    {"l", "u"},
+	SlidingWindow: {"s"},
+	FixedWindow:   {"s"},
+	LeakyBucket:   {"s"},
 }
 
 // Script returns the KEYS of an algorithm's script for one sub-limiter:
@@ -50,4 +54,10 @@ func (k Keys) Script(algo Algo, name string, shard int, epoch, client string) []
 		keys = append(keys, key)
 	}
 	return keys
+}
+
+// Cell names the state key of a CL.THROTTLE key. The whole key is its hash
+// tag, so CL.THROTTLE keys spread over a cluster like redis-cell's do.
+func (k Keys) Cell(key string) string {
+	return k.Prefix + "cl{" + escaper.Replace(key) + "}"
 }

@@ -82,7 +82,10 @@ func DecodeReply(v any, op Op, want int) (Reply, error) {
 	if err != nil {
 		return Reply{}, fmt.Errorf("limiter script: status: %w", err)
 	}
-	epoch, _ := arr[1].(string)
+	epoch, ok := arr[1].(string)
+	if !ok {
+		return Reply{}, fmt.Errorf("limiter script: epoch: not a string: %T %v", arr[1], arr[1])
+	}
 	r := Reply{Status: Status(status), Epoch: epoch}
 	if r.Status != StatusOK {
 		return r, nil
@@ -92,8 +95,10 @@ func DecodeReply(v any, op Op, want int) (Reply, error) {
 		if len(rest) != 1 {
 			return Reply{}, fmt.Errorf("limiter script: %s reply has %d values, want 1", op, len(rest))
 		}
-		r.Count, err = toInt(rest[0])
-		return r, err
+		if r.Count, err = toInt(rest[0]); err != nil {
+			return Reply{}, fmt.Errorf("limiter script: %s count: %w", op, err)
+		}
+		return r, nil
 	}
 	if len(rest) != 4*want {
 		return Reply{}, fmt.Errorf("limiter script: acquire reply has %d values, want %d", len(rest), 4*want)
@@ -105,6 +110,9 @@ func DecodeReply(v any, op Op, want int) (Reply, error) {
 			if f[j], err = toInt(rest[4*i+j]); err != nil {
 				return Reply{}, fmt.Errorf("limiter script: result %d: %w", i, err)
 			}
+		}
+		if f[0] < -1 || f[0] > 1 {
+			return Reply{}, fmt.Errorf("limiter script: result %d: granted is %d, want 1, 0 or -1", i, f[0])
 		}
 		r.Results[i] = Result{
 			Granted:      f[0] == 1,

@@ -25,6 +25,8 @@ type Scripts struct {
 	SetConf *redis.Script
 	// Reset moves a sub-limiter to a new epoch: fresh state (reset.lua).
 	Reset *redis.Script
+	// Cell is redis-cell's CL.THROTTLE (cell.lua, standalone: no config).
+	Cell *redis.Script
 }
 
 // NewScripts builds every script: each algorithm between the shared
@@ -35,10 +37,14 @@ func NewScripts() *Scripts {
 		acquire: map[Algo]*redis.Script{},
 		SetConf: redis.NewScript(lua("setconf.lua")),
 		Reset:   redis.NewScript(lua("reset.lua")),
+		Cell:    redis.NewScript(lua("cell.lua")),
 	}
 	files := map[Algo]string{
-		TokenBucket: "token_bucket.lua",
-		SlidingLog:  "sliding_log.lua",
+		TokenBucket:   "token_bucket.lua",
+		SlidingLog:    "sliding_log.lua",
+		SlidingWindow: "sliding_window.lua",
+		FixedWindow:   "fixed_window.lua",
+		LeakyBucket:   "leaky_bucket.lua",
 	}
 	for algo, file := range files {
 		s.acquire[algo] = redis.NewScript(prelude + lua(file) + epilogue)
@@ -54,7 +60,7 @@ func (s *Scripts) Limiter(algo Algo) *redis.Script {
 
 // All lists every script, for loading them onto a node ahead of use.
 func (s *Scripts) All() []*redis.Script {
-	all := []*redis.Script{s.SetConf, s.Reset}
+	all := []*redis.Script{s.SetConf, s.Reset, s.Cell}
 	for _, a := range Algos {
 		if sc := s.acquire[a]; sc != nil {
 			all = append(all, sc)

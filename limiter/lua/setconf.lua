@@ -13,8 +13,7 @@ local flat = redis.call('HGETALL', KEYS[1])
 for i = 1, #flat, 2 do
   cur[flat[i]] = flat[i + 1]
 end
-local ttl = tonumber(ARGV[4])
-local function refresh()
+local function refresh(ttl)
   if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 end
 
@@ -24,7 +23,8 @@ if cur.epoch then
     if cur[ARGV[i]] ~= ARGV[i + 1] then same = false end
   end
   if ARGV[1] == '1' or same then
-    refresh()
+    -- The config in force keeps its own TTL (NX may ask for another one).
+    refresh(tonumber(cur.ttl_ms) or 0)
     return {0, cur.epoch, tonumber(cur.shards)}
   end
 end
@@ -42,5 +42,5 @@ redis.call('DEL', KEYS[1])
 local args = {'epoch', epoch}
 for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(args))
-refresh()
+refresh(tonumber(ARGV[4]))
 return {1, epoch, tonumber(cur.shards or 0)}

@@ -1,0 +1,65 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/sharding"
+)
+
+// ParseThrottle parses CL.THROTTLE key max_burst count period [quantity]
+// with redis-cell's rules: max_burst and quantity may be 0, count and
+// period must be positive.
+func ParseThrottle(args []string) (sharding.ThrottleRequest, error) {
+	if len(args) < 5 || len(args) > 6 {
+		return sharding.ThrottleRequest{}, ArityError(args[0])
+	}
+	r := sharding.ThrottleRequest{Key: args[1], Quantity: 1}
+	fields := []struct {
+		name string
+		dst  *int64
+		min  int64
+	}{{"max_burst", &r.MaxBurst, 0}, {"count", &r.Count, 1}, {"period", &r.Period, 1}, {"quantity", &r.Quantity, 0}}
+	for i, f := range fields {
+		if 2+i >= len(args) {
+			break
+		}
+		s := args[2+i]
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < f.min || n > limiter.MaxRate {
+			return sharding.ThrottleRequest{}, fmt.Errorf("%s must be an integer from %d to %d, got %s", f.name, f.min, int64(limiter.MaxRate), quote(s))
+		}
+		*f.dst = n
+	}
+	return r, nil
+}
+
+// Throttle returns the CL.THROTTLE command, served by l.
+func Throttle(l *sharding.Limiters) Command {
+	integer := func(name string) Arg { return Arg{Name: name, Type: "integer"} }
+	q := integer("quantity")
+	q.Optional = true
+	return Command{
+		Name: "CL.THROTTLE", Arity: -5, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
+		Summary: "redis-cell's rate limiter (GCRA). Returns [limited, limit, remaining, retry_after_s, reset_after_s].",
+		Args:    []Arg{{Name: "key", Type: "key"}, integer("max_burst"), integer("count"), integer("period"), q},
+		Handler: func(ctx context.Context, _ Caller, args []string) (any, error) {
+			r, err := ParseThrottle(args)
+			if err != nil {
+				return nil, err
+			}
+			reply, err := l.Throttle(ctx, r)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]any, len(reply))
+			for i, v := range reply {
+				out[i] = v
+			}
+			return out, nil
+		},
+		Concurrent: true,
+	}
+}

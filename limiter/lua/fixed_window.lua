@@ -1,0 +1,79 @@
+-- fixed_window.lua: `rate` permits per window. Windows are aligned to
+-- natural boundaries counted from the Unix epoch (midnight UTC): a window
+-- starts at floor(now / interval) * interval, so a 1m window starts on the
+-- minute, 1h on the hour and 1d at 00:00 UTC. O(1) state.
+--
+-- KEYS[2]  state: "start:count" — permits counted in the window that
+--          starts at `start` (microseconds since the epoch).
+--
+-- No reservations: wait_us is ignored, and a denied request comes back at
+-- the window's end. (Booking into the next window would make RL.RELEASE
+-- ambiguous: permits given back could belong to this window or the next,
+-- and crediting the wrong one admits more than the rate.)
+--
+-- The clock may step back (after a failover) to before the stored window:
+-- that window is kept, and the time before it counts as full, so a window
+-- already used is never opened again.
+local capacity = rate
+local start, count
+
+-- The window that holds now.
+local function window_of(t)
+  return t - math.fmod(t, interval) -- fmod is exact on integers
+end
+
+local function load()
+  start, count = window_of(now), 0
+  local v = redis.call('GET', KEYS[2])
+  if v then
+    local s, c = string.match(v, '^([^:]+):(.+)$')
+    s, c = tonumber(s), tonumber(c)
+    if s and c then
+      -- Aligning again keeps a state written under another interval usable
+      -- (KEEPSTATE carries its count over to the new interval).
+      s = window_of(s)
+      if s >= start then
+        start, count = s, c
+      end
+    end
+  end
+end
+
+-- True when now lies in the state's window (not before it).
+local function current()
+  return start <= now
+end
+
+local function available()
+  if not current() then return 0 end
+  return math.max(0, rate - count)
+end
+
+-- Microseconds until every window is empty again.
+local function until_reset()
+  if count > 0 then return start + interval - now end
+  return start - now -- until the stored window starts (a clock stepped back)
+end
+
+local function try(n, _)
+  if current() and count + n <= rate + EPS then
+    count = count + n
+    return 1, available(), 0, until_reset()
+  end
+  -- The first window this request fits in: the stored window when it is
+  -- still ahead and has room, else the window after it (empty). n <= rate,
+  -- so an empty window always has room.
+  local at = start + interval
+  if not current() and count + n <= rate + EPS then
+    at = start
+  end
+  return 0, available(), at - now, until_reset()
+end
+
+local function give(n)
+  count = math.max(0, count - n)
+end
+
+local function save()
+  keep(KEYS[2], num(start) .. ':' .. num(count), until_reset())
+end

@@ -1,0 +1,75 @@
+-- leaky_bucket.lua: a shaper (the leaky bucket as a queue, like Guava's
+-- RateLimiter.acquire or a queue consumer). Grants leave evenly spaced,
+-- one permit every T = interval / rate; the bucket holds the permits
+-- granted but not yet leaked, at most `burst`. O(1) state.
+--
+-- A request for n permits takes the next free slot and holds the bucket
+-- for n * T from there:
+--   - without a wait it is granted only when the bucket is empty (the slot
+--     is now): strictly spaced grants, no burst of requests;
+--   - with a wait (wait_us > 0) it is booked as a reservation when its slot
+--     comes within the wait and the bucket has room for its n permits
+--     (queued + n <= burst): granted, with retry_after = time to its slot.
+-- A denial's retry_after is the time until the bucket is empty, when the
+-- same request would be granted without waiting (as token-bucket's is).
+--
+-- Permits "available" are what one request could take right now without
+-- waiting: all `burst` when the bucket is empty, else none. (A shaper has
+-- no store of unused time: an idle bucket grants the next request at once,
+-- and the one after it waits.) So remaining is 0 after any grant, and
+-- reset_after is the time until the bucket has drained.
+--
+-- KEYS[2]  state: "queued:ts" — permits in the bucket at time ts
+--          (microseconds). Keeping permits (not a time) lets a rate change
+--          with KEEPSTATE carry them over to the new rate.
+local capacity = burst
+local per_permit = interval / rate -- T, microseconds
+local queued, ts
+
+local function load()
+  queued, ts = 0, now
+  local v = redis.call('GET', KEYS[2])
+  if v then
+    local q, t = string.match(v, '^([^:]+):(.+)$')
+    queued, ts = tonumber(q) or 0, tonumber(t) or now
+  end
+  -- The clock may step back after a failover; time never runs backwards here.
+  if now > ts then
+    queued = math.max(0, queued - (now - ts) / per_permit)
+    ts = now
+  end
+end
+
+local function empty()
+  return queued <= EPS
+end
+
+local function available()
+  if empty() then return burst end
+  return 0
+end
+
+local function try(n, wait_us)
+  if empty() then
+    queued = queued + n
+    return 1, available(), 0, queued * per_permit
+  end
+  local wait = queued * per_permit -- until this request's slot
+  if wait_us > 0 and wait <= wait_us and queued + n <= burst + EPS then
+    queued = queued + n
+    return 1, available(), wait, queued * per_permit
+  end
+  return 0, available(), math.max(1, wait), queued * per_permit
+end
+
+local function give(n)
+  queued = math.max(0, queued - n)
+end
+
+local function save()
+  if empty() then
+    redis.call('DEL', KEYS[2])
+  else
+    keep(KEYS[2], num(queued) .. ':' .. num(ts), queued * per_permit)
+  end
+end

@@ -1,0 +1,107 @@
+-- sliding_window.lua: the weighted two-window counter (as in Cloudflare's
+-- and nginx's limiters). Windows are aligned like fixed-window's; the
+-- permits counted in the previous window weigh in proportion to how much
+-- of it still overlaps the sliding interval that ends now:
+--
+--   estimate = prev * (1 - elapsed / interval) + cur
+--
+-- where elapsed is the time since the current window started. A request
+-- for n is granted when estimate + n <= rate. O(1) state.
+--
+-- KEYS[2]  state: "start:prev:cur" — permits counted in the window that
+--          starts at `start` (microseconds since the epoch) and in the one
+--          before it.
+--
+-- The estimate cannot book permits ahead, so wait_us is ignored.
+local capacity = rate
+local start, prev, cur
+
+local function window_of(t)
+  return t - math.fmod(t, interval) -- fmod is exact on integers
+end
+
+local function load()
+  start, prev, cur = window_of(now), 0, 0
+  local v = redis.call('GET', KEYS[2])
+  if not v then return end
+  local s, p, c = string.match(v, '^([^:]+):([^:]+):(.+)$')
+  s, p, c = tonumber(s), tonumber(p), tonumber(c)
+  if not (s and p and c) then return end
+  s = window_of(s) -- a state written under another interval (KEEPSTATE)
+  -- The clock may step back after a failover; time never runs backwards here.
+  if s > start then
+    now, start = s, s
+  end
+  if s == start then
+    prev, cur = p, c
+  elseif s == start - interval then
+    prev = c
+  end
+end
+
+-- The weight of the previous window now, in (0, 1].
+local function weight()
+  return 1 - (now - start) / interval
+end
+
+local function estimate()
+  return prev * weight() + cur
+end
+
+local function available()
+  return math.max(0, rate - estimate())
+end
+
+-- Microseconds until the estimate is zero: the current window's permits
+-- weigh until the end of the next window, the previous window's until the
+-- end of this one.
+local function until_reset()
+  if cur > EPS then return start + 2 * interval - now end
+  if prev > EPS then return start + interval - now end
+  return 0
+end
+
+-- Microseconds until a request for n would be granted, when it is not now.
+-- Within this window only prev's weight falls; from the next window on,
+-- this window's permits (cur) become the falling part, and they are gone
+-- at the end of the next window, so n <= rate always fits by then.
+local function until_fits(n)
+  local room = rate - n - cur -- what prev's weighted part may still hold
+  local at
+  if room >= 0 and prev > 0 then
+    at = start + interval * (1 - room / prev)
+  elseif cur <= rate - n then
+    at = start + interval
+  else
+    at = start + interval * (2 - (rate - n) / cur)
+  end
+  -- Never 0 for a denial, whatever the rounding.
+  return math.max(1, at - now)
+end
+
+local function try(n, _)
+  if estimate() + n <= rate + EPS then
+    cur = cur + n
+    return 1, available(), 0, until_reset()
+  end
+  return 0, available(), until_fits(n), until_reset()
+end
+
+-- Gives permits back: from this window's count first, then from the
+-- previous window's (scaled, so the estimate falls by what is left).
+local function give(n)
+  local back = math.min(cur, n)
+  cur, n = cur - back, n - back
+  if n > 0 and prev > 0 then
+    prev = math.max(0, prev - n / weight())
+  end
+end
+
+local function save()
+  local ttl = until_reset()
+  if ttl <= 0 then
+    redis.call('DEL', KEYS[2])
+  else
+    keep(KEYS[2], num(start) .. ':' .. num(prev) .. ':' .. num(cur), ttl)
+  end
+end
