@@ -14,7 +14,7 @@ func parseCount(what, s string, max int64) (int64, error) {
 	if err != nil && !isRange(err) {
 		return 0, fmt.Errorf("%s must be a positive integer, got %s", what, quote(s))
 	}
-	if n <= 0 && err == nil {
+	if n <= 0 { // also -99999999999999999999
 		return 0, fmt.Errorf("%s must be a positive integer, got %s", what, quote(s))
 	}
 	if err != nil || n > max {
@@ -55,22 +55,52 @@ func ParseDuration(what, s string, max time.Duration) (time.Duration, error) {
 		}
 	}
 	whole, frac, hasFrac := strings.Cut(num, ".")
+	// Plain digits only: no signs, exponents, hex, "inf" or "nan".
 	if !digits(whole) || (hasFrac && !digits(frac)) {
 		return 0, bad
 	}
-	// Plain digits only: no signs, exponents, hex, "inf" or "nan".
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil {
-		return 0, bad
+	// Exact decimal arithmetic (float64 would turn 1.001s into 1000.9999ms).
+	unitMs, maxMs := int64(unit/time.Millisecond), int64(max/time.Millisecond)
+	whole = strings.TrimLeft(whole, "0")
+	frac = strings.TrimRight(frac, "0")
+	outOfRange := fmt.Errorf("%s %s is out of range (at most %s)", what, quote(s), formatDuration(max))
+	notWhole := fmt.Errorf("%s %s must be a whole number of milliseconds, at least 1", what, quote(s))
+	if len(whole) > 18 {
+		return 0, outOfRange
 	}
-	ms := f * float64(unit) / float64(time.Millisecond)
-	if ms > float64(max/time.Millisecond) || math.IsInf(ms, 0) {
-		return 0, fmt.Errorf("%s %s is out of range (at most %s)", what, quote(s), max)
+	w, _ := strconv.ParseInt("0"+whole, 10, 64)
+	if w > maxMs/unitMs {
+		return 0, outOfRange
 	}
-	if ms < 1 || ms != math.Trunc(ms) {
-		return 0, fmt.Errorf("%s %s must be a whole number of milliseconds, at least 1", what, quote(s))
+	// A fraction of more than 10 significant digits is never whole
+	// milliseconds: unitMs (at most a day) has no more than ten 2s or 5s.
+	if len(frac) > 10 {
+		return 0, notWhole
+	}
+	f, _ := strconv.ParseInt("0"+frac, 10, 64)
+	scale := int64(math.Pow10(len(frac)))
+	if f*unitMs%scale != 0 {
+		return 0, notWhole
+	}
+	ms := w*unitMs + f*unitMs/scale
+	if ms > maxMs {
+		return 0, outOfRange
+	}
+	if ms < 1 {
+		return 0, notWhole
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// formatDuration writes d in the largest unit of the contract that
+// divides it (366d, not 8784h0m0s).
+func formatDuration(d time.Duration) string {
+	for i := len(durationUnits) - 1; i >= 0; i-- {
+		if u := durationUnits[i]; d%u.unit == 0 {
+			return strconv.FormatInt(int64(d/u.unit), 10) + u.suffix
+		}
+	}
+	return d.String()
 }
 
 func digits(s string) bool {

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -44,7 +45,7 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 		return SetRate{}, err
 	}
 	var burst int64
-	auto, shards := false, int64(o.DefaultShards)
+	auto, shards, shardsGiven := false, int64(0), false
 	seen := map[string]bool{}
 	for i := 4; i < len(args); i++ {
 		opt := strings.ToUpper(args[i])
@@ -84,6 +85,7 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 				return SetRate{}, err
 			}
 		case "SHARDS":
+			shardsGiven = true
 			if strings.EqualFold(v, "AUTO") {
 				auto = true
 			} else if shards, err = parseCount("SHARDS", v, int64(o.maxShards())); err != nil {
@@ -113,11 +115,16 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 		}
 		c.Burst = burst
 	}
-	if auto {
-		shards = o.autoShards(c.Rate, c.Interval)
+	smallest := min(c.Rate, c.Burst)
+	switch {
+	case auto:
+		shards = min(o.autoShards(c.Rate, c.Interval), smallest)
+	case !shardsGiven:
+		// The configured default, within what this limiter can be split into.
+		shards = max(1, min(int64(o.DefaultShards), int64(o.maxShards()), smallest))
 	}
 	c.Shards = int(shards)
-	if smallest := min(c.Rate, c.Burst); int64(c.Shards) > smallest {
+	if int64(c.Shards) > smallest {
 		return SetRate{}, fmt.Errorf("SHARDS %d is more than the limiter's %d permits: every sub-limiter needs at least one", c.Shards, smallest)
 	}
 	return r, nil
@@ -136,7 +143,7 @@ func (o Options) autoShards(rate int64, interval time.Duration) int64 {
 	perSecond := float64(rate) / interval.Seconds()
 	n := int64(1)
 	if o.ShardRate > 0 {
-		n = int64(perSecond/float64(o.ShardRate)) + 1
+		n = int64(math.Ceil(perSecond / float64(o.ShardRate)))
 	}
 	return max(1, min(n, int64(o.MaxAutoShards), int64(o.maxShards()), rate))
 }

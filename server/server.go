@@ -88,11 +88,18 @@ func (s *Server) Listen() error {
 // Addr is the bound address (after Listen).
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// Serve accepts clients until Close.
-func (s *Server) Serve() error { return s.srv.Serve(s.ln) }
+// Serve accepts clients until Close. Every client's bytes pass a
+// framing check (guard.go) before redcon parses them.
+func (s *Server) Serve() error { return s.srv.Serve(guardListener{s.ln}) }
 
-// Close stops accepting and closes every client connection.
-func (s *Server) Close() error { return s.srv.Close() }
+// Close stops accepting and closes every client connection. Called
+// before Serve, it closes the listener, so a later Serve returns at once.
+func (s *Server) Close() error {
+	if err := s.srv.Close(); err != nil && s.ln != nil {
+		return s.ln.Close() // redcon: "not serving" yet
+	}
+	return nil
+}
 
 // client is the state of one connection.
 type client struct {

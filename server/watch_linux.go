@@ -16,7 +16,7 @@ func peerGone(conn net.Conn) bool {
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return true
+		return false // not a socket: cannot tell
 	}
 	gone := false
 	err = raw.Read(func(fd uintptr) bool {
