@@ -68,6 +68,12 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 func applyTimeouts(opt *redis.Options, o Options) {
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
 	opt.PoolSize = o.PoolSize
+	// No go-redis retries: a script whose reply timed out may still run,
+	// and each retry would spend its permits again (and wait another Timeout).
+	opt.MaxRetries = -1
+	// One dial attempt: a refused connection fails at once (the breaker
+	// then skips the node), instead of after 5 attempts 100ms apart.
+	opt.DialerRetries = 1
 }
 
 func clusterClient(o Options) (*redis.ClusterClient, error) {

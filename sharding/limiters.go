@@ -126,7 +126,16 @@ func (l *Limiters) SetRate(ctx context.Context, name string, c limiter.Config, o
 	}
 	opts.NX, opts.Epoch = false, epoch
 	for _, sub := range subs[1:] {
-		if _, _, _, err := l.setConf(ctx, name, c, sub, opts); err != nil {
+		_, got, _, err := l.setConf(ctx, name, c, sub, opts)
+		if err == nil && got != epoch {
+			// This sub-limiter kept an older epoch (shard 0's node lost its
+			// data, or KEEPSTATE kept it): replace it, or every acquire on it
+			// would see the epoch change and fail.
+			if _, err = l.node(name, sub.Shard).Del(ctx, l.keys.Config(name, sub.Shard)); err == nil {
+				_, _, _, err = l.setConf(ctx, name, c, sub, opts)
+			}
+		}
+		if err != nil {
 			return changed, err
 		}
 	}
@@ -359,7 +368,9 @@ func (l *Limiters) acquireShards(ctx context.Context, st *limiter.Stored, r Requ
 	client := clientKey(st, r.Client)
 	var denied merged
 	var lastErr error
-	for _, shard := range Probe(st.Shards, l.opts.MaxProbes, rand.Uint64()) {
+	order := Probe(st.Shards, l.opts.MaxProbes, rand.Uint64())
+	for i := 0; i < len(order); i++ {
+		shard := order[i]
 		k := subKey{shard: shard, epoch: st.Epoch, client: client}
 		if l.opts.DenyCache && r.MaxWait == 0 {
 			if res, ok := l.denials.check(r.Name, k, r.Permits, time.Now()); ok {
@@ -373,7 +384,12 @@ func (l *Limiters) acquireShards(ctx context.Context, st *limiter.Stored, r Requ
 		if err != nil {
 			lastErr = err
 			if errors.Is(err, backend.ErrUnavailable) {
-				continue // other shards may still serve
+				// Other shards may still serve: a dead one costs no probe,
+				// the walk goes one shard further.
+				if len(order) < st.Shards {
+					order = append(order, (order[len(order)-1]+1)%st.Shards)
+				}
+				continue
 			}
 			return limiter.Result{}, 0, err
 		}
@@ -448,6 +464,8 @@ func (l *Limiters) giveBack(st *limiter.Stored, name string, shard int, client s
 	defer cancel()
 	keys := l.keys.Script(st.Algo, name, shard, st.Epoch, client)
 	_, err := l.node(name, shard).Eval(ctx, l.scripts.Limiter(st.Algo), keys, limiter.Args(limiter.OpRelease, st.Epoch, permits)...)
+	// Denials remembered meanwhile counted these permits as taken.
+	l.denials.forget(name)
 	return err
 }
 

@@ -20,7 +20,8 @@ import (
 //     the backend receives requests, so waiters are served first come,
 //     first served across every proxy. The reply is held until the
 //     reservation's time; a client that disconnects meanwhile gets its
-//     permits released.
+//     permits released. When there is no room to book (a leaky bucket's
+//     queue is full), the waiter sleeps until retry_after and asks again.
 //   - The others (sliding-log, sliding-window, fixed-window) queue waiters
 //     of one budget in this proxy in arrival order (FIFO): the head asks,
 //     sleeps until retry_after, asks again; the rest wait behind it.
@@ -72,7 +73,24 @@ func left(deadline time.Time) time.Duration {
 func (l *Limiters) reserve(ctx context.Context, r Request, st *limiter.Stored, deadline time.Time) (limiter.Result, error) {
 	r.MaxWait = left(deadline)
 	res, shard, err := l.acquireCounted(ctx, r)
-	if err != nil || !res.Granted || res.RetryAfterMs == 0 {
+	for err == nil && !res.Granted {
+		// No room to book (a leaky bucket's queue is full): sleep until
+		// the limiter said, unless that is past the deadline, and ask again.
+		wait := time.Duration(res.RetryAfterMs) * time.Millisecond
+		if wait > left(deadline) {
+			return res, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return limiter.Result{}, ctx.Err()
+		}
+		r.MaxWait = left(deadline)
+		res, shard, err = l.acquireCounted(ctx, r)
+	}
+	if err != nil || res.RetryAfterMs == 0 {
 		return res, err
 	}
 	wait := time.Duration(res.RetryAfterMs) * time.Millisecond
@@ -96,6 +114,11 @@ func (l *Limiters) queue(ctx context.Context, r Request, st *limiter.Stored, dea
 	key := r.Name + "\x00" + clientKey(st, r.Client)
 	q := l.queues.get(key)
 	defer l.queues.put(key)
+	if !deadline.IsZero() && q.asksAt().After(deadline) {
+		// Behind a waiter that asks again only after the deadline: the
+		// permits cannot come in time, so the denial is due now.
+		return l.Acquire(ctx, r)
+	}
 	lockCtx := ctx
 	if !deadline.IsZero() {
 		var cancel context.CancelFunc
@@ -120,6 +143,7 @@ func (l *Limiters) queue(ctx context.Context, r Request, st *limiter.Stored, dea
 		if wait > left(deadline) {
 			return res, nil
 		}
+		q.asking(time.Now().Add(wait))
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -167,7 +191,23 @@ type fifo struct {
 
 	mu      sync.Mutex
 	held    bool
+	next    time.Time // when the holder asks the limiter again (zero: unknown)
 	waiting []chan struct{}
+}
+
+// asking records when the holder asks the limiter again.
+func (q *fifo) asking(at time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.next = at
+}
+
+// asksAt is when the holder asks the limiter again: no waiter behind it
+// is served sooner (zero: free, or unknown).
+func (q *fifo) asksAt() time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.next
 }
 
 func (q *fifo) lock(ctx context.Context) error {
@@ -205,6 +245,7 @@ func (q *fifo) unlock() {
 }
 
 func (q *fifo) unlockLocked() {
+	q.next = time.Time{}
 	if len(q.waiting) == 0 {
 		q.held = false
 		return
