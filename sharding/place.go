@@ -25,7 +25,8 @@ func score(name string, shard int, node string) uint64 {
 	h.Write([]byte{0})
 	h.Write([]byte(name))
 	h.Write([]byte{0})
-	h.Write([]byte(strconv.Itoa(shard)))
+	var buf [20]byte
+	h.Write(strconv.AppendInt(buf[:0], int64(shard), 10))
 	return mix(h.Sum64())
 }
 

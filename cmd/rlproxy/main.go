@@ -49,7 +49,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rlproxy:", err)
 		return 1
 	}
-	log.Info("rlproxy listening", "addr", p.Addr(), "version", proxy.Version, "backends", describe(cfg))
+	attrs := []any{"addr", p.Addr(), "version", proxy.Version}
+	if !p.Embedded() { // the embedded backend has announced itself, once
+		attrs = append(attrs, "backends", describe(cfg))
+	}
+	log.Info("rlproxy listening", attrs...)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
