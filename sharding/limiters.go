@@ -299,7 +299,9 @@ func (l *Limiters) keepAlive(ctx context.Context, name string, st *limiter.Store
 	}
 	l.mu.Unlock()
 	if due {
-		l.node(name, 0).PExpire(ctx, l.keys.Config(name, 0), st.TTL) //nolint:errcheck // the next call retries
+		// TTL plus the refresh period: whatever call comes last before the
+		// next refresh, the limiter lives at least TTL after it.
+		l.node(name, 0).PExpire(ctx, l.keys.Config(name, 0), st.TTL+st.TTL/4) //nolint:errcheck // the next call retries
 	}
 }
 

@@ -27,7 +27,9 @@ local rate = tonumber(conf[2])
 local interval = tonumber(conf[3]) * 1000 -- microseconds
 local burst = tonumber(conf[4])
 local ttl = tonumber(conf[5])
-if ttl > 0 then
+-- Use keeps the limiter alive for ttl more; only ever extend the expiry
+-- (a proxy keeping a sharded limiter alive may have set it further out).
+if ttl > 0 and redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ttl)
 end
 
