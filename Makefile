@@ -30,5 +30,14 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSetRate$$' -fuzztime=$(FUZZTIME) ./commands
 	$(GO) test -run='^$$' -fuzz='^FuzzParseAcquire$$' -fuzztime=$(FUZZTIME) ./commands
 
+# The performance suite: rlproxy vs direct Redis side by side, every
+# target of the performance issue, the chart, then the Go benchmarks.
 bench: deps
-	$(GO) test -run='^$$' -bench=. -benchmem ./...
+	GO=$(GO) bash scripts/bench.sh
+
+# The README's picture of the five algorithms under one bursty load: about
+# 7 s of real time on a throwaway redis-server (the embedded backend when
+# redis-server is not installed). See cmd/rlviz.
+.PHONY: chart-algorithms
+chart-algorithms:
+	$(GO) run ./cmd/rlviz -out docs/algorithms.svg
