@@ -80,12 +80,8 @@ func (l *Limiters) reserve(ctx context.Context, r Request, st *limiter.Stored, d
 		if wait > left(deadline) {
 			return res, nil
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return limiter.Result{}, ctx.Err()
+		if err := sleep(ctx, wait); err != nil {
+			return limiter.Result{}, err
 		}
 		r.MaxWait = left(deadline)
 		res, shard, err = l.acquireCounted(ctx, r)
@@ -93,20 +89,27 @@ func (l *Limiters) reserve(ctx context.Context, r Request, st *limiter.Stored, d
 	if err != nil || res.RetryAfterMs == 0 {
 		return res, err
 	}
-	wait := time.Duration(res.RetryAfterMs) * time.Millisecond
-	t := time.NewTimer(wait)
+	if err := sleep(ctx, time.Duration(res.RetryAfterMs)*time.Millisecond); err != nil {
+		// Nobody will use these permits: hand them back.
+		if gerr := l.giveBack(st, r.Name, shard, clientKey(st, r.Client), r.Permits); gerr != nil {
+			return limiter.Result{}, gerr
+		}
+		return limiter.Result{}, err
+	}
+	res.ResetAfterMs = max(0, res.ResetAfterMs-res.RetryAfterMs)
+	res.RetryAfterMs = 0
+	return res, nil
+}
+
+// sleep waits d, or until ctx ends (then it returns ctx's error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		res.ResetAfterMs = max(0, res.ResetAfterMs-res.RetryAfterMs)
-		res.RetryAfterMs = 0
-		return res, nil
+		return nil
 	case <-ctx.Done():
-		// Nobody will use these permits: hand them back.
-		if err := l.giveBack(st, r.Name, shard, clientKey(st, r.Client), r.Permits); err != nil {
-			return limiter.Result{}, err
-		}
-		return limiter.Result{}, ctx.Err()
+		return ctx.Err()
 	}
 }
 
@@ -144,12 +147,8 @@ func (l *Limiters) queue(ctx context.Context, r Request, st *limiter.Stored, dea
 			return res, nil
 		}
 		q.asking(time.Now().Add(wait))
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return limiter.Result{}, ctx.Err()
+		if err := sleep(ctx, wait); err != nil {
+			return limiter.Result{}, err
 		}
 	}
 }
