@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The performance suite (`make bench`): rlproxy against the direct-to-Redis
+# baseline, side by side in one run.
+#
+# It builds rlproxy and rlbench, starts its own redis-server(s) and rlproxy
+# on free loopback ports (nothing persisted), runs each scenario as
+# interleaved rounds (direct, rlproxy, direct, rlproxy, ...), and lets
+# `rlbench report` take the medians and check every target of the
+# performance issue. Results go to bench-results/<time>/ (one JSON per run,
+# summary.json, report.txt); the throughput-vs-clients chart goes to
+# docs/bench-throughput.svg. Then the Go micro-benchmarks of the hot paths
+# run (go test -bench, allocations reported).
+#
+# Knobs (environment): BENCH_ROUNDS (3), BENCH_SECONDS (4, per run),
+# BENCH_DENY_RATE (1000 permits/s), BENCH_NODES (4, for the scaling run),
+# BENCH_GO (1: also run the Go benchmarks), BENCH_OUT (bench-results).
+# Everything started here is stopped on exit, also on Ctrl-C or failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${BENCH_ROUNDS:-3}
+SECS=${BENCH_SECONDS:-4}
+DENY_RATE=${BENCH_DENY_RATE:-1000}
+NODES=${BENCH_NODES:-4}
+GO=${GO:-go}
+OUT=${BENCH_OUT:-bench-results}/$(date +%Y%m%d-%H%M%S)
+CHART=docs/bench-throughput.svg
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/rlbench.XXXXXX")
+pids=()
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say() { printf '%s\n' "$*" >&2; }
+
+for tool in redis-server redis-cli; do
+	command -v "$tool" >/dev/null || { say "bench: $tool is not installed (make deps installs it)"; exit 1; }
+done
+
+# free_port prints a loopback port nothing listens on (checked by connecting).
+free_port() {
+	local port
+	for _ in $(seq 100); do
+		port=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return
+		fi
+	done
+	say "bench: no free port found"
+	exit 1
+}
+
+# wait_ready PORT: until something answers PING there (10 s at most).
+wait_ready() {
+	for _ in $(seq 100); do
+		if [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; then
+			return
+		fi
+		sleep 0.1
+	done
+	say "bench: nothing answers on 127.0.0.1:$1"
+	exit 1
+}
+
+# start_redis: starts a redis-server, sets REDIS_PORT.
+start_redis() {
+	REDIS_PORT=$(free_port)
+	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+		--daemonize no --dir "$work" --logfile "$work/redis-$REDIS_PORT.log" &
+	pids+=($!)
+	wait_ready "$REDIS_PORT"
+}
+
+# start_proxy PORT...: starts rlproxy over those Redis ports, sets PROXY_PORT and PROXY_PID.
+start_proxy() {
+	local args=() port
+	for port in "$@"; do
+		args+=(--backend "redis://127.0.0.1:$port")
+	done
+	PROXY_PORT=$(free_port)
+	"$work/rlproxy" --listen "127.0.0.1:$PROXY_PORT" "${args[@]}" --log-level warn \
+		2>"$work/rlproxy-$PROXY_PORT.log" &
+	PROXY_PID=$!
+	pids+=("$PROXY_PID")
+	wait_ready "$PROXY_PORT"
+}
+
+say "bench: building rlproxy and rlbench"
+$GO build -o "$work/rlproxy" ./cmd/rlproxy
+$GO build -o "$work/rlbench" ./cmd/rlbench
+mkdir -p "$OUT" "$(dirname "$CHART")"
+
+load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo '?')
+say "bench: $(nproc) CPUs, load average $load; rlbench, redis-server and rlproxy share these CPUs"
+
+start_redis
+R1=$REDIS_PORT
+start_proxy "$R1"
+P1=$PROXY_PORT
+P1_PID=$PROXY_PID
+
+# bench NAME ROUND MODE [rlbench flags...]: one run, its JSON in $OUT.
+bench() {
+	local name=$1 round=$2 mode=$3
+	shift 3
+	local addr=127.0.0.1:$R1 stats=(--stats-redis "127.0.0.1:$R1")
+	if [ "$mode" = rlproxy ]; then
+		addr=127.0.0.1:$P1
+		stats+=(--stats-proxy "127.0.0.1:$P1" --proxy-pid "$P1_PID")
+	fi
+	"$work/rlbench" --mode "$mode" --addr "$addr" "${stats[@]}" \
+		--scenario "$name" --round "$round" --key-prefix "bench:$name:" \
+		--duration "${SECS}s" --out "$OUT/$name-$mode-r$round.json" "$@" |
+		sed "s/^/  [$name r$round] /" >&2
+}
+
+# interleaved NAME [rlbench flags...]: ROUNDS rounds of direct then rlproxy.
+interleaved() {
+	local name=$1 round
+	shift
+	say "bench: $name ($ROUNDS rounds x direct, rlproxy; ${SECS}s each): $*"
+	for round in $(seq "$ROUNDS"); do
+		bench "$name" "$round" direct "$@"
+		bench "$name" "$round" rlproxy "$@"
+	done
+}
+
+interleaved hot-p16 --conns 50 --pipeline 16
+interleaved hot-p1 --conns 50 --pipeline 1
+interleaved deny-p16 --conns 50 --pipeline 16 --rate "$DENY_RATE"
+interleaved deny-p1 --conns 50 --pipeline 1 --rate "$DENY_RATE"
+interleaved light --conns 1 --pipeline 1
+
+# Throughput vs clients, for the chart: one round each, pipeline 16.
+for conns in 1 10 50 100; do
+	say "bench: clients-$conns (direct, rlproxy; 3s each)"
+	SECS=3 bench "clients-$conns" 1 direct --conns "$conns" --pipeline 16
+	SECS=3 bench "clients-$conns" 1 rlproxy --conns "$conns" --pipeline 16
+done
+
+# Scaling: N sub-limiters over N nodes, through a second rlproxy.
+scale_ports=()
+for _ in $(seq "$NODES"); do
+	start_redis
+	scale_ports+=("$REDIS_PORT")
+done
+start_proxy "${scale_ports[@]}"
+scale_stats=$(printf '127.0.0.1:%s,' "${scale_ports[@]}")
+scale_stats=${scale_stats%,}
+for s in "scale-keys 1000" "scale-hot 1"; do
+	set -- $s
+	say "bench: $1 ($NODES shards over $NODES nodes, $2 limiter(s); ${SECS}s)"
+	"$work/rlbench" --mode rlproxy --addr "127.0.0.1:$PROXY_PORT" --stats-redis "$scale_stats" \
+		--stats-proxy "127.0.0.1:$PROXY_PORT" --proxy-pid "$PROXY_PID" \
+		--scenario "$1" --round 1 --key-prefix "bench:$1:" --duration "${SECS}s" \
+		--conns 50 --pipeline 16 --keys "$2" --shards "$NODES" --out "$OUT/$1-rlproxy-r1.json" |
+		sed "s/^/  [$1] /" >&2
+done
+
+"$work/rlbench" report "$OUT" | tee "$OUT/report.txt"
+$GO run ./scripts -in "$OUT/summary.json" -out "$CHART"
+say "bench: results in $OUT/, chart in $CHART"
+
+if [ "${BENCH_GO:-1}" = 1 ]; then
+	say "bench: Go benchmarks of the hot paths (go test -bench, allocations reported)"
+	$GO test -run='^$' -bench=. -benchmem -benchtime=200ms ./server ./commands ./limiter ./backend ./sharding |
+		tee "$OUT/go-bench.txt"
+fi
