@@ -22,52 +22,115 @@ type Coalescer[I, R any] struct {
 // RunFunc runs one batch and returns a result per item, in order.
 type RunFunc[I, R any] func(ctx context.Context, items []I) ([]R, error)
 
+// Call is one item for DoAll: what to add to which key's next batch.
+type Call[I, R any] struct {
+	Key  string
+	Item I
+	Run  RunFunc[I, R] // runs the key's batches; equivalent for every item of a key
+}
+
+// Outcome is the result of one Call.
+type Outcome[R any] struct {
+	Res R
+	Err error
+}
+
 type group[I, R any] struct {
+	key   string
 	queue []*pending[I, R]
 	run   RunFunc[I, R]
 }
 
 type pending[I, R any] struct {
 	item I
-	res  R
-	err  error
-	done chan struct{}
+	out  Outcome[R]
+	wg   *sync.WaitGroup // Done when out is set
 }
 
 // Do adds item to key's next batch, run by run, and waits for its result.
-// Items of one key must all be run by equivalent RunFuncs. If ctx ends
-// first Do returns ctx's error, while the item may still be decided;
-// callers that must not lose what was decided pass a ctx that ends only
-// when nobody is left to use the result.
+// If ctx ends first Do returns ctx's error, while the item may still be
+// decided; callers that must not lose what was decided pass a ctx that
+// ends only when nobody is left to use the result.
 func (c *Coalescer[I, R]) Do(ctx context.Context, key string, item I, run RunFunc[I, R]) (R, error) {
-	p := &pending[I, R]{item: item, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	p := &pending[I, R]{item: item, wg: &wg}
+	wg.Add(1)
+	if g := c.enqueue(key, p, run); g != nil {
+		c.drain(g)
+	}
+	if ctx.Done() != nil {
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			var zero R
+			return zero, ctx.Err()
+		}
+	}
+	wg.Wait()
+	return p.out.Res, p.out.Err
+}
+
+// DoAll adds every call to its key's next batch at once — so calls on one
+// key go in one batch, in order — and waits for all of them. Idle keys
+// start running on their own goroutines (the last one on the caller's).
+func (c *Coalescer[I, R]) DoAll(calls []Call[I, R]) []Outcome[R] {
+	var wg sync.WaitGroup
+	wg.Add(len(calls))
+	ps := make([]pending[I, R], len(calls))
+	var idle []*group[I, R]
 	c.mu.Lock()
+	for i := range calls {
+		ps[i] = pending[I, R]{item: calls[i].Item, wg: &wg}
+		if g := c.enqueueLocked(calls[i].Key, &ps[i], calls[i].Run); g != nil {
+			idle = append(idle, g)
+		}
+	}
+	c.mu.Unlock()
+	for i, g := range idle {
+		if i < len(idle)-1 {
+			go c.drain(g)
+		} else {
+			c.drain(g)
+		}
+	}
+	wg.Wait()
+	out := make([]Outcome[R], len(ps))
+	for i := range ps {
+		out[i] = ps[i].out
+	}
+	return out
+}
+
+// enqueue queues p on key and returns the key's group when it was idle:
+// then the caller must drain it.
+func (c *Coalescer[I, R]) enqueue(key string, p *pending[I, R], run RunFunc[I, R]) *group[I, R] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.enqueueLocked(key, p, run)
+}
+
+func (c *Coalescer[I, R]) enqueueLocked(key string, p *pending[I, R], run RunFunc[I, R]) *group[I, R] {
 	if c.groups == nil {
 		c.groups = map[string]*group[I, R]{}
 	}
 	g, busy := c.groups[key]
 	if !busy {
-		g = &group[I, R]{run: run}
+		g = &group[I, R]{key: key, run: run}
 		c.groups[key] = g
 	}
 	g.queue = append(g.queue, p)
-	c.mu.Unlock()
-	if !busy {
-		c.drain(key, g)
+	if busy {
+		return nil
 	}
-	select {
-	case <-p.done:
-		return p.res, p.err
-	case <-ctx.Done():
-		var zero R
-		return zero, ctx.Err()
-	}
+	return g
 }
 
-// drain runs batches for key until its queue is empty. The first batch
-// runs on the caller's goroutine; later ones on a new goroutine, so the
-// first caller gets its answer without waiting for the others.
-func (c *Coalescer[I, R]) drain(key string, g *group[I, R]) {
+// drain runs batches of g until its queue is empty. The first batch runs
+// on the caller's goroutine; later ones on a new goroutine, so the first
+// caller gets its answer without waiting for the others.
+func (c *Coalescer[I, R]) drain(g *group[I, R]) {
 	max := c.MaxBatch
 	if max <= 0 {
 		max = 256
@@ -90,21 +153,21 @@ func (c *Coalescer[I, R]) drain(key string, g *group[I, R]) {
 	}
 	for i, p := range batch {
 		if err != nil {
-			p.err = err
+			p.out.Err = err
 		} else {
-			p.res = res[i]
+			p.out.Res = res[i]
 		}
-		close(p.done)
+		p.wg.Done()
 	}
 
 	c.mu.Lock()
 	if len(g.queue) == 0 {
-		delete(c.groups, key)
+		delete(c.groups, g.key)
 		c.mu.Unlock()
 		return
 	}
 	c.mu.Unlock()
-	go c.drain(key, g)
+	go c.drain(g)
 }
 
 type batchShapeError struct{}

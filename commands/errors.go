@@ -17,11 +17,17 @@ func ArityError(name string) error {
 	return fmt.Errorf("wrong number of arguments for '%s' command", strings.ToLower(name))
 }
 
+// lineBreaks writes CR and LF as \r and \n, keeping an error on one line.
+var lineBreaks = strings.NewReplacer("\r", "\\r", "\n", "\\n")
+
 // quote shows a user's argument inside an error: one line, bounded length.
 func quote(s string) string {
 	const max = 64
 	if len(s) > max {
 		s = s[:max] + "..."
 	}
-	return "'" + strings.NewReplacer("\r", "\\r", "\n", "\\n").Replace(s) + "'"
+	if strings.ContainsAny(s, "\r\n") {
+		s = lineBreaks.Replace(s)
+	}
+	return "'" + s + "'"
 }

@@ -38,7 +38,7 @@ func Limiters(l *sharding.Limiters, o Options) []Command {
 					{Name: "timeout", Type: "string", Token: "TIMEOUT"},
 					{Name: "block", Type: "pure-token", Token: "BLOCK"}}},
 			},
-			Handler: h.acquire, Concurrent: true,
+			Handler: h.acquire, Batch: h.acquireBatch,
 		},
 		{
 			Name: "RL.AVAILABLE", Arity: 2, Flags: []string{"readonly"}, KeyPos: 1, Group: "ratelimit",
@@ -95,23 +95,55 @@ func (h *handlers) setRate(ctx context.Context, _ Caller, args []string) (any, e
 }
 
 func (h *handlers) acquire(ctx context.Context, c Caller, args []string) (any, error) {
-	r, err := ParseAcquire(args)
-	if err != nil {
+	reply := h.acquireBatch(ctx, c, [][]string{args})[0]
+	if err, ok := reply.(error); ok {
 		return nil, err
 	}
-	req := sharding.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits}
-	var res limiter.Result
-	if r.Block || r.Timeout > 0 {
-		ctx, cancel := c.Watch(ctx)
-		defer cancel()
-		res, err = h.l.AcquireWait(ctx, req, r.Timeout)
-	} else {
-		res, err = h.l.Acquire(ctx, req)
+	return reply, nil
+}
+
+// acquireBatch runs a pipeline's RL.ACQUIREs: the ones that decide now go
+// to the backend together; one that waits (TIMEOUT/BLOCK) holds the
+// replies after it, as a blocking command does.
+func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string) []any {
+	replies := make([]any, len(calls))
+	var now []sharding.Request
+	var at []int // the call index of each request in now
+	flush := func() {
+		if len(now) == 0 {
+			return
+		}
+		for j, o := range h.l.AcquireAll(ctx, now) {
+			replies[at[j]] = acquireReply(o.Result, o.Err)
+		}
+		now, at = now[:0], at[:0]
 	}
+	for i, args := range calls {
+		r, err := ParseAcquire(args)
+		if err != nil {
+			replies[i] = err
+			continue
+		}
+		req := sharding.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits}
+		if !r.Block && r.Timeout == 0 {
+			now, at = append(now, req), append(at, i)
+			continue
+		}
+		flush()
+		wctx, cancel := c.Watch(ctx)
+		replies[i] = acquireReply(h.l.AcquireWait(wctx, req, r.Timeout))
+		cancel()
+	}
+	flush()
+	return replies
+}
+
+// acquireReply is RL.ACQUIRE's reply: [granted, remaining, retry_after_ms, reset_after_ms].
+func acquireReply(res limiter.Result, err error) any {
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return []any{boolInt(res.Granted), res.Remaining, res.RetryAfterMs, res.ResetAfterMs}, nil
+	return []int64{boolInt(res.Granted), res.Remaining, res.RetryAfterMs, res.ResetAfterMs}
 }
 
 func (h *handlers) available(ctx context.Context, c Caller, args []string) (any, error) {

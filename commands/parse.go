@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // parseCount reads a positive integer argument no larger than max.
@@ -45,11 +46,19 @@ var durationUnits = []struct {
 // such as 500ms, 1s, 1.5m, 10m. The result is whole milliseconds, at least
 // 1 and at most max.
 func ParseDuration(what, s string, max time.Duration) (time.Duration, error) {
-	bad := fmt.Errorf("invalid %s %s: use milliseconds or a number with ms, s, m, h or d (like 500ms, 1s, 10m)", what, quote(s))
+	// The errors are built only when returned: this runs on every request.
+	bad := func() error {
+		return fmt.Errorf("invalid %s %s: use milliseconds or a number with ms, s, m, h or d (like 500ms, 1s, 10m)", what, quote(s))
+	}
+	outOfRange := func() error {
+		return fmt.Errorf("%s %s is out of range (at most %s)", what, quote(s), formatDuration(max))
+	}
+	notWhole := func() error {
+		return fmt.Errorf("%s %s must be a whole number of milliseconds, at least 1", what, quote(s))
+	}
 	num, unit := s, time.Millisecond
-	lower := strings.ToLower(s)
 	for _, u := range durationUnits {
-		if strings.HasSuffix(lower, u.suffix) {
+		if hasSuffixFold(s, u.suffix) {
 			num, unit = s[:len(s)-len(u.suffix)], u.unit
 			break
 		}
@@ -57,39 +66,61 @@ func ParseDuration(what, s string, max time.Duration) (time.Duration, error) {
 	whole, frac, hasFrac := strings.Cut(num, ".")
 	// Plain digits only: no signs, exponents, hex, "inf" or "nan".
 	if !digits(whole) || (hasFrac && !digits(frac)) {
-		return 0, bad
+		return 0, bad()
 	}
 	// Exact decimal arithmetic (float64 would turn 1.001s into 1000.9999ms).
 	unitMs, maxMs := int64(unit/time.Millisecond), int64(max/time.Millisecond)
 	whole = strings.TrimLeft(whole, "0")
 	frac = strings.TrimRight(frac, "0")
-	outOfRange := fmt.Errorf("%s %s is out of range (at most %s)", what, quote(s), formatDuration(max))
-	notWhole := fmt.Errorf("%s %s must be a whole number of milliseconds, at least 1", what, quote(s))
 	if len(whole) > 18 {
-		return 0, outOfRange
+		return 0, outOfRange()
 	}
-	w, _ := strconv.ParseInt("0"+whole, 10, 64)
+	w := decimal(whole)
 	if w > maxMs/unitMs {
-		return 0, outOfRange
+		return 0, outOfRange()
 	}
 	// A fraction of more than 10 significant digits is never whole
 	// milliseconds: unitMs (at most a day) has no more than ten 2s or 5s.
 	if len(frac) > 10 {
-		return 0, notWhole
+		return 0, notWhole()
 	}
-	f, _ := strconv.ParseInt("0"+frac, 10, 64)
+	f := decimal(frac)
 	scale := int64(math.Pow10(len(frac)))
 	if f*unitMs%scale != 0 {
-		return 0, notWhole
+		return 0, notWhole()
 	}
 	ms := w*unitMs + f*unitMs/scale
 	if ms > maxMs {
-		return 0, outOfRange
+		return 0, outOfRange()
 	}
 	if ms < 1 {
-		return 0, notWhole
+		return 0, notWhole()
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// hasSuffixFold reports whether s ends with suffix, a lower-case ASCII
+// word, in any case of ASCII letters ("1S" ends with "s", "1ſ" does not).
+func hasSuffixFold(s, suffix string) bool {
+	if len(s) < len(suffix) {
+		return false
+	}
+	tail := s[len(s)-len(suffix):]
+	for i := 0; i < len(suffix); i++ {
+		if tail[i]|0x20 != suffix[i] { // 'S'|0x20 == 's'
+			return false
+		}
+	}
+	return true
+}
+
+// decimal reads at most 18 digits ("" is 0) that digits has checked.
+func decimal(s string) int64 {
+	var n int64
+	for i := 0; i < len(s); i++ {
+		n = n*10 + int64(s[i]-'0')
+	}
+	return n
 }
 
 // formatDuration writes d in the largest unit of the contract that
@@ -113,4 +144,18 @@ func digits(s string) bool {
 		}
 	}
 	return true
+}
+
+// upperIs reports whether strings.ToUpper(s) == upper, an upper-case ASCII
+// word, without building the upper-cased copy. Unlike strings.EqualFold,
+// it accepts "ı" as I and rejects the Kelvin sign as K, as ToUpper does.
+func upperIs(s, upper string) bool {
+	i := 0
+	for _, r := range s {
+		if i == len(upper) || unicode.ToUpper(r) != rune(upper[i]) {
+			return false
+		}
+		i++
+	}
+	return i == len(upper)
 }

@@ -6,7 +6,7 @@ package commands
 //	int64, int        integer
 //	string, []byte    bulk string
 //	Status            simple string (+OK)
-//	[]any             array
+//	[]any, []int64    array
 //	Map               map in RESP3, flat array in RESP2
 //	nil               null
 //	error             error reply

@@ -46,21 +46,17 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 	}
 	var burst int64
 	auto, shards, shardsGiven := false, int64(0), false
-	seen := map[string]bool{}
+	var seen [len(setRateOptions)]bool
 	for i := 4; i < len(args); i++ {
-		opt := strings.ToUpper(args[i])
-		if seen[opt] {
+		k := optionIndex(args[i])
+		if k < 0 {
+			return SetRate{}, fmt.Errorf("syntax error: unknown option %s (expected ALGO, BURST, SHARDS, MODE, TTL, NX or KEEPSTATE)", quote(args[i]))
+		}
+		opt := setRateOptions[k]
+		if seen[k] {
 			return SetRate{}, fmt.Errorf("syntax error: option %s given twice", opt)
 		}
-		seen[opt] = true
-		value := func() (string, error) {
-			if i+1 >= len(args) {
-				return "", fmt.Errorf("syntax error: option %s needs a value", opt)
-			}
-			i++
-			return args[i], nil
-		}
-		var v string
+		seen[k] = true
 		switch opt {
 		case "NX":
 			r.NX = true
@@ -68,13 +64,12 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 		case "KEEPSTATE":
 			r.KeepState = true
 			continue
-		case "ALGO", "BURST", "SHARDS", "MODE", "TTL":
-			if v, err = value(); err != nil {
-				return SetRate{}, err
-			}
-		default:
-			return SetRate{}, fmt.Errorf("syntax error: unknown option %s (expected ALGO, BURST, SHARDS, MODE, TTL, NX or KEEPSTATE)", quote(args[i]))
 		}
+		if i+1 >= len(args) {
+			return SetRate{}, fmt.Errorf("syntax error: option %s needs a value", opt)
+		}
+		i++
+		v := args[i]
 		switch opt {
 		case "ALGO":
 			if r.Config.Algo, err = parseAlgo(v); err != nil {
@@ -92,9 +87,11 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 				return SetRate{}, err
 			}
 		case "MODE":
-			switch m := limiter.Mode(strings.ToUpper(v)); m {
-			case limiter.Overall, limiter.PerClient:
-				r.Config.Mode = m
+			switch {
+			case upperIs(v, string(limiter.Overall)):
+				r.Config.Mode = limiter.Overall
+			case upperIs(v, string(limiter.PerClient)):
+				r.Config.Mode = limiter.PerClient
 			default:
 				return SetRate{}, fmt.Errorf("MODE must be OVERALL or PER_CLIENT, got %s", quote(v))
 			}
@@ -128,6 +125,20 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 		return SetRate{}, fmt.Errorf("SHARDS %d is more than the limiter's %d permits: every sub-limiter needs at least one", c.Shards, smallest)
 	}
 	return r, nil
+}
+
+// setRateOptions are RL.SETRATE's options after rate and interval, in
+// any case; NX and KEEPSTATE take no value.
+var setRateOptions = [...]string{"ALGO", "BURST", "SHARDS", "MODE", "TTL", "NX", "KEEPSTATE"}
+
+// optionIndex finds opt in setRateOptions, or returns -1.
+func optionIndex(opt string) int {
+	for k, name := range setRateOptions {
+		if upperIs(opt, name) {
+			return k
+		}
+	}
+	return -1
 }
 
 func (o Options) maxShards() int {

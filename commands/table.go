@@ -23,6 +23,10 @@ type Caller interface {
 // Handler runs one command. args[0] is the command name as sent.
 type Handler func(ctx context.Context, c Caller, args []string) (any, error)
 
+// BatchHandler runs several calls of one command; calls[i][0] is the
+// command name as sent. It returns one reply (or error) per call.
+type BatchHandler func(ctx context.Context, c Caller, calls [][]string) []any
+
 // Arg describes one argument for COMMAND DOCS (redis-cli builds its
 // typing hints from these).
 type Arg struct {
@@ -44,10 +48,11 @@ type Command struct {
 	Summary string
 	Args    []Arg
 	Handler Handler
-	// Concurrent commands may run at the same time as neighbouring
-	// concurrent commands of one client's pipeline (replies keep their
-	// order). Only for commands that read and change no connection state.
-	Concurrent bool
+	// Batch, when set, runs a run of neighbouring calls of this command
+	// from one client's pipeline together (one reply per call, in order),
+	// so they can share backend calls. Only for commands that read and
+	// change no connection state.
+	Batch BatchHandler
 	// Sub are subcommands (CLIENT SETNAME, COMMAND DOCS, ...), by upper-case name.
 	Sub []Command
 }

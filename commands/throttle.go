@@ -16,25 +16,24 @@ func ParseThrottle(args []string) (sharding.ThrottleRequest, error) {
 	if len(args) < 5 || len(args) > 6 {
 		return sharding.ThrottleRequest{}, ArityError(args[0])
 	}
-	r := sharding.ThrottleRequest{Key: args[1], Quantity: 1}
-	fields := []struct {
-		name string
-		dst  *int64
-		min  int64
-	}{{"max_burst", &r.MaxBurst, 0}, {"count", &r.Count, 1}, {"period", &r.Period, 1}, {"quantity", &r.Quantity, 0}}
-	for i, f := range fields {
-		if 2+i >= len(args) {
-			break
+	n := [len(throttleArgs)]int64{3: 1} // quantity defaults to 1
+	for i, s := range args[2:] {
+		a := throttleArgs[i]
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < a.min || v > limiter.MaxRate {
+			return sharding.ThrottleRequest{}, fmt.Errorf("%s must be an integer from %d to %d, got %s", a.name, a.min, int64(limiter.MaxRate), quote(s))
 		}
-		s := args[2+i]
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < f.min || n > limiter.MaxRate {
-			return sharding.ThrottleRequest{}, fmt.Errorf("%s must be an integer from %d to %d, got %s", f.name, f.min, int64(limiter.MaxRate), quote(s))
-		}
-		*f.dst = n
+		n[i] = v
 	}
-	return r, nil
+	return sharding.ThrottleRequest{Key: args[1], MaxBurst: n[0], Count: n[1], Period: n[2], Quantity: n[3]}, nil
 }
+
+// throttleArgs are CL.THROTTLE's integers after the key, with the least
+// value each accepts.
+var throttleArgs = [...]struct {
+	name string
+	min  int64
+}{{"max_burst", 0}, {"count", 1}, {"period", 1}, {"quantity", 0}}
 
 // Throttle returns the CL.THROTTLE command, served by l.
 func Throttle(l *sharding.Limiters) Command {
@@ -60,6 +59,5 @@ func Throttle(l *sharding.Limiters) Command {
 			}
 			return out, nil
 		},
-		Concurrent: true,
 	}
 }

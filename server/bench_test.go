@@ -45,14 +45,21 @@ func BenchmarkAppendReply(b *testing.B) {
 	}
 }
 
-// benchTable has one command like RL.ACQUIRE (concurrent, four integers
+// benchTable has one command like RL.ACQUIRE (batched, four integers
 // back) and the same command run one after another.
 func benchTable() []commands.Command {
 	h := func(context.Context, commands.Caller, []string) (any, error) {
-		return []any{int64(1), int64(99), int64(0), int64(10)}, nil
+		return []int64{1, 99, 0, 10}, nil
+	}
+	batch := func(_ context.Context, _ commands.Caller, calls [][]string) []any {
+		out := make([]any, len(calls))
+		for i := range out {
+			out[i] = []int64{1, 99, 0, 10}
+		}
+		return out
 	}
 	return []commands.Command{
-		{Name: "B.CONCURRENT", Arity: -2, Group: "bench", Summary: "Answers like RL.ACQUIRE.", Handler: h, Concurrent: true},
+		{Name: "B.CONCURRENT", Arity: -2, Group: "bench", Summary: "Answers like RL.ACQUIRE.", Handler: h, Batch: batch},
 		{Name: "B.SEQUENTIAL", Arity: -2, Group: "bench", Summary: "Answers like RL.ACQUIRE.", Handler: h},
 	}
 }

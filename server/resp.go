@@ -42,6 +42,12 @@ func appendReply(b []byte, v any, proto int) []byte {
 	case []byte:
 		b = appendPrefixed(b, '$', int64(len(x)))
 		return append(append(b, x...), "\r\n"...)
+	case []int64:
+		b = appendPrefixed(b, '*', int64(len(x)))
+		for _, n := range x {
+			b = appendPrefixed(b, ':', n)
+		}
+		return b
 	case []string:
 		b = appendPrefixed(b, '*', int64(len(x)))
 		for _, e := range x {

@@ -187,28 +187,32 @@ func (s *Server) connectedClients() int {
 
 // handle runs the commands a client sent together (one pipeline, as far
 // as it has been read) and writes their replies in order; redcon flushes
-// once per pipeline. Neighbouring commands marked Concurrent (RL.ACQUIRE)
-// run at the same time, so a client's pipelined acquires share coalesced
+// once per pipeline. A run of neighbouring calls of a command with a
+// Batch handler (RL.ACQUIRE) goes to it at once, so they can share
 // backend calls instead of paying one round trip each.
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	c := conn.Context().(*client)
 	cmds := append([]redcon.Command{cmd}, conn.ReadPipeline()...)
 	calls := make([][]string, len(cmds))
 	for i, cmd := range cmds {
-		calls[i] = make([]string, len(cmd.Args))
-		for j, a := range cmd.Args {
-			calls[i][j] = string(a)
-		}
+		calls[i] = argStrings(cmd.Args)
 	}
 	c.buf = c.buf[:0]
 	for i := 0; i < len(calls) && !c.quit; {
 		j := i + 1
-		for s.concurrent(calls[i]) && j < len(calls) && s.concurrent(calls[j]) {
-			j++
+		if batch := s.batchable(c, calls[i]); batch != nil {
+			for j < len(calls) && s.batchable(c, calls[j]) != nil && strings.EqualFold(calls[j][0], calls[i][0]) {
+				j++
+			}
+			if j-i > 1 {
+				for _, reply := range s.callBatch(c, batch, calls[i:j]) {
+					c.buf = appendReply(c.buf, reply, c.proto)
+				}
+				i = j
+				continue
+			}
 		}
-		for _, reply := range s.callAll(c, calls[i:j]) {
-			c.buf = appendReply(c.buf, reply, c.proto)
-		}
+		c.buf = appendReply(c.buf, s.call(c, calls[i]), c.proto)
 		i = j
 	}
 	conn.WriteRaw(c.buf)
@@ -217,29 +221,51 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	}
 }
 
-// concurrent reports whether a call may run alongside its neighbours.
-func (s *Server) concurrent(args []string) bool {
-	cmd := s.table.Lookup(args[0])
-	return cmd != nil && cmd.Concurrent
+// argStrings copies a command's arguments into strings sharing one
+// allocation.
+func argStrings(args [][]byte) []string {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	buf := make([]byte, 0, n)
+	for _, a := range args {
+		buf = append(buf, a...)
+	}
+	all := string(buf)
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i], all = all[:len(a)], all[len(a):]
+	}
+	return out
 }
 
-// callAll runs calls, at the same time when there are several.
-func (s *Server) callAll(c *client, calls [][]string) []any {
-	replies := make([]any, len(calls))
-	if len(calls) == 1 {
-		replies[0] = s.call(c, calls[0])
-		return replies
+// batchable returns the batch handler for a call that may join a batch:
+// a known command with one, from an authenticated client, with the right
+// arity (anything else takes the ordinary path and its error).
+func (s *Server) batchable(c *client, args []string) commands.BatchHandler {
+	cmd := s.table.Lookup(args[0])
+	if cmd == nil || cmd.Batch == nil || !c.authed || !cmd.ArityOK(len(args)) {
+		return nil
 	}
-	var wg sync.WaitGroup
-	for i, args := range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			replies[i] = s.call(c, args)
-		}()
-	}
-	wg.Wait()
-	return replies
+	return cmd.Batch
+}
+
+// callBatch runs calls through a batch handler, recovering from panics.
+func (s *Server) callBatch(c *client, batch commands.BatchHandler, calls [][]string) (replies []any) {
+	s.stats.commands.Add(int64(len(calls)))
+	defer func() {
+		if p := recover(); p != nil {
+			s.stats.panics.Add(1)
+			s.opts.Log.Error("recovered from a panic in a command handler",
+				"command", calls[0][0], "panic", p, "stack", string(debug.Stack()))
+			replies = make([]any, len(calls))
+			for i := range replies {
+				replies[i] = fmt.Errorf("internal error while running '%s'", quoteArg(calls[0][0]))
+			}
+		}
+	}()
+	return batch(c.ctx, c, calls)
 }
 
 // call dispatches one command through the table, recovering from panics.

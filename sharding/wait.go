@@ -70,9 +70,10 @@ func left(deadline time.Time) time.Duration {
 	return max(0, time.Until(deadline))
 }
 
-func (l *Limiters) reserve(ctx context.Context, r Request, st *limiter.Stored, deadline time.Time) (limiter.Result, error) {
+func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline time.Time) (limiter.Result, error) {
 	r.MaxWait = left(deadline)
-	res, shard, err := l.acquireCounted(ctx, r)
+	o := l.AcquireAll(ctx, []Request{r})[0]
+	res, shard, err := o.Result, o.shard, o.Err
 	for err == nil && !res.Granted {
 		// No room to book (a leaky bucket's queue is full): sleep until
 		// the limiter said, unless that is past the deadline, and ask again.
@@ -84,14 +85,15 @@ func (l *Limiters) reserve(ctx context.Context, r Request, st *limiter.Stored, d
 			return limiter.Result{}, err
 		}
 		r.MaxWait = left(deadline)
-		res, shard, err = l.acquireCounted(ctx, r)
+		o = l.AcquireAll(ctx, []Request{r})[0]
+		res, shard, err = o.Result, o.shard, o.Err
 	}
 	if err != nil || res.RetryAfterMs == 0 {
 		return res, err
 	}
 	if err := sleep(ctx, time.Duration(res.RetryAfterMs)*time.Millisecond); err != nil {
 		// Nobody will use these permits: hand them back.
-		if gerr := l.giveBack(st, r.Name, shard, clientKey(st, r.Client), r.Permits); gerr != nil {
+		if gerr := l.giveBack(e, r, shard); gerr != nil {
 			return limiter.Result{}, gerr
 		}
 		return limiter.Result{}, err
@@ -113,8 +115,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (l *Limiters) queue(ctx context.Context, r Request, st *limiter.Stored, deadline time.Time) (limiter.Result, error) {
-	key := r.Name + "\x00" + clientKey(st, r.Client)
+func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time.Time) (limiter.Result, error) {
+	key := r.Name + "\x00" + clientKey(&e.Stored, r.Client)
 	q := l.queues.get(key)
 	defer l.queues.put(key)
 	if !deadline.IsZero() && q.asksAt().After(deadline) {

@@ -44,8 +44,8 @@ func shardLimiterOn(t testing.TB, nodes []*redistest.Server, prefix string, shar
 	for i := range 1000 {
 		name = fmt.Sprintf("%s%d", prefix, i)
 		onVictim = nil
-		for shard := range shards {
-			if sharding.Place(name, shard, addrs) == victim {
+		for shard, n := range sharding.Placement(name, shards, addrs) {
+			if n == victim {
 				onVictim = append(onVictim, shard)
 			}
 		}
@@ -119,7 +119,7 @@ func shardPinger(t testing.TB, h *harness) (stop func() time.Duration) {
 func shardLoneOn(t testing.TB, nodes []*redistest.Server, prefix string, victim int) string {
 	t.Helper()
 	for i := range 1000 {
-		if name := fmt.Sprintf("%s%d", prefix, i); sharding.Place(name, 0, shardAddrs(nodes)) == victim {
+		if name := fmt.Sprintf("%s%d", prefix, i); sharding.Placement(name, 1, shardAddrs(nodes))[0] == victim {
 			return name
 		}
 	}

@@ -244,7 +244,7 @@ func TestShardPlacementAndLimit(t *testing.T) {
 		if len(on) != 1 {
 			t.Fatalf("shard %d's config is on nodes %v, want exactly one", shard, on)
 		}
-		if want := sharding.Place("k", shard, shardAddrs(nodes)); on[0] != want {
+		if want := sharding.Placement("k", shards, shardAddrs(nodes))[shard]; on[0] != want {
 			t.Errorf("shard %d is on node %d, placement says %d", shard, on[0], want)
 		}
 		used[on[0]] = true
