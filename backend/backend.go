@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,6 +46,8 @@ type Client interface {
 type Node struct {
 	name    string
 	client  Client
+	scripts redis.Scripter // the client's autopipeliner, if any
+	running atomic.Int64   // script calls in flight
 	breaker breaker
 	stats   counters
 }
@@ -52,14 +55,26 @@ type Node struct {
 // Name is how errors and INFO name the node (its address).
 func (n *Node) Name() string { return n.name }
 
+// scripter picks how a script call goes out: alone when nothing else is
+// in flight (the lowest latency), else through the autopipeliner, so that
+// concurrent calls for different limiters share one write and one read.
+func (n *Node) scripter() redis.Scripter {
+	if n.scripts != nil && n.running.Load() > 1 {
+		return n.scripts
+	}
+	return n.client
+}
+
 // Client is the node's go-redis client.
 func (n *Node) Client() Client { return n.client }
 
 // Eval runs a script on the node.
 func (n *Node) Eval(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
 	var v any
+	n.running.Add(1)
+	defer n.running.Add(-1)
 	err := n.do(func() (err error) {
-		v, err = s.Run(ctx, n.client, keys, args...).Result()
+		v, err = s.Run(ctx, n.scripter(), keys, args...).Result()
 		return err
 	})
 	return v, err

@@ -12,7 +12,7 @@ import (
 // window: an idle key costs no extra latency, and a busy key turns many
 // round trips into one script call that decides every item in order.
 type Coalescer[I, R any] struct {
-	// MaxBatch caps the items of one call (0 = 256).
+	// MaxBatch caps the items of one call (0 = 1024).
 	MaxBatch int
 
 	mu     sync.Mutex
@@ -133,7 +133,7 @@ func (c *Coalescer[I, R]) enqueueLocked(key string, p *pending[I, R], run RunFun
 func (c *Coalescer[I, R]) drain(g *group[I, R]) {
 	max := c.MaxBatch
 	if max <= 0 {
-		max = 256
+		max = 1024
 	}
 	c.mu.Lock()
 	batch := g.queue

@@ -40,8 +40,14 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 				return nil, fmt.Errorf("backend %q: %w", u, err)
 			}
 			applyTimeouts(opt, o)
-			n := &Node{name: opt.Addr, client: redis.NewClient(opt)}
+			c := redis.NewClient(opt)
+			n := &Node{name: opt.Addr, client: c}
 			n.breaker.cooldown = o.BreakerCooldown
+			// Script calls from many goroutines (different limiters) share
+			// pipelines: one write and one read for all of them.
+			if ap, err := c.AutoPipeline(); err == nil {
+				n.scripts = ap
+			}
 			p.nodes = append(p.nodes, n)
 		}
 	default:

@@ -23,6 +23,9 @@ type Result struct {
 	// RetryAfterMs: when denied, until the permits could be granted; when
 	// granted, 0, or for a reservation the wait before the grant holds.
 	RetryAfterMs int64
+	// RetryAfterUs is RetryAfterMs in whole microseconds (rounded up), for
+	// callers that remember denials.
+	RetryAfterUs int64
 	ResetAfterMs int64 // until the sub-limiter is full again
 }
 
@@ -52,13 +55,31 @@ type Ask struct {
 }
 
 // AcquireArgs builds the ARGV of an acquire call deciding asks in order.
+// Neighbouring asks for the same permits that do not wait go as one run
+// (permits, max_wait_ms, count): the script answers a run in O(1) reply
+// values, however many requests it carries.
 func AcquireArgs(epoch string, asks []Ask) []any {
-	args := make([]any, 0, 2+2*len(asks))
+	args := make([]any, 0, 2+3*len(asks))
 	args = append(args, string(OpAcquire), epoch)
-	for _, a := range asks {
-		args = append(args, a.Permits, a.MaxWait.Milliseconds())
+	for i := 0; i < len(asks); {
+		j := runEnd(asks, i)
+		args = append(args, asks[i].Permits, asks[i].MaxWait.Milliseconds(), j-i)
+		i = j
 	}
 	return args
+}
+
+// runEnd returns the end of the run of asks starting at i: identical
+// asks that do not wait (a waiting ask's answer depends on its place in
+// the queue, so it goes alone).
+func runEnd(asks []Ask, i int) int {
+	j := i + 1
+	if asks[i].MaxWait == 0 {
+		for j < len(asks) && asks[j] == asks[i] {
+			j++
+		}
+	}
+	return j
 }
 
 // Args builds the ARGV of a peek (no permits) or release call.
@@ -70,10 +91,10 @@ func Args(op Op, epoch string, permits ...int64) []any {
 	return args
 }
 
-// DecodeReply checks and decodes a limiter script reply. want is the
-// number of acquire requests sent (0 for peek and release). A reply of the
-// wrong shape is an error, never a panic.
-func DecodeReply(v any, op Op, want int) (Reply, error) {
+// DecodeReply checks and decodes a limiter script reply. asks are the
+// acquire requests sent (nil for peek and release). A reply of the wrong
+// shape is an error, never a panic.
+func DecodeReply(v any, op Op, asks []Ask) (Reply, error) {
 	arr, ok := v.([]any)
 	if !ok || len(arr) < 2 {
 		return Reply{}, fmt.Errorf("limiter script: unexpected reply %T %v", v, v)
@@ -100,29 +121,67 @@ func DecodeReply(v any, op Op, want int) (Reply, error) {
 		}
 		return r, nil
 	}
-	if len(rest) != 4*want {
-		return Reply{}, fmt.Errorf("limiter script: acquire reply has %d values, want %d", len(rest), 4*want)
-	}
-	r.Results = make([]Result, want)
-	for i := range r.Results {
-		var f [4]int64
-		for j := range f {
-			if f[j], err = toInt(rest[4*i+j]); err != nil {
-				return Reply{}, fmt.Errorf("limiter script: result %d: %w", i, err)
+	r.Results = make([]Result, 0, len(asks))
+	for i := 0; i < len(asks); {
+		j := runEnd(asks, i)
+		if len(rest) < runValues {
+			return Reply{}, fmt.Errorf("limiter script: acquire reply too short for request %d", i)
+		}
+		var f [runValues]int64
+		for k := range f {
+			if f[k], err = toInt(rest[k]); err != nil {
+				return Reply{}, fmt.Errorf("limiter script: request %d: %w", i, err)
 			}
 		}
-		if f[0] < -1 || f[0] > 1 {
-			return Reply{}, fmt.Errorf("limiter script: result %d: granted is %d, want 1, 0 or -1", i, f[0])
+		rest = rest[runValues:]
+		if f[0] < -1 || f[0] > int64(j-i) {
+			return Reply{}, fmt.Errorf("limiter script: request %d: %d granted of a run of %d", i, f[0], j-i)
 		}
-		r.Results[i] = Result{
-			Granted:      f[0] == 1,
-			OverCapacity: f[0] == -1,
-			Remaining:    f[1],
-			RetryAfterMs: f[2],
-			ResetAfterMs: f[3],
-		}
+		r.Results = expandRun(r.Results, f, asks[i].Permits, j-i)
+		i = j
+	}
+	if len(rest) != 0 {
+		return Reply{}, fmt.Errorf("limiter script: acquire reply has %d values too many", len(rest))
 	}
 	return r, nil
+}
+
+// runValues is the number of reply values per run of requests.
+const runValues = 8
+
+// expandRun turns a run's answer into one Result per request: the first
+// granted ones (remaining falls by the permits of each, reset_after runs
+// from the first grant's to the last's), then the denials, all alike.
+func expandRun(out []Result, f [runValues]int64, permits int64, count int) []Result {
+	granted, firstRem, firstRetry, firstReset, lastReset := f[0], f[1], f[2], f[3], f[4]
+	if granted < 0 {
+		for range count {
+			out = append(out, Result{OverCapacity: true, Remaining: firstRem})
+		}
+		return out
+	}
+	for i := int64(0); i < granted; i++ {
+		reset := firstReset
+		if granted > 1 {
+			reset += (lastReset - firstReset) * i / (granted - 1)
+		}
+		res := Result{Granted: true, Remaining: firstRem - i*permits, ResetAfterMs: usToMs(reset)}
+		if i == 0 {
+			res.RetryAfterMs, res.RetryAfterUs = usToMs(firstRetry), firstRetry
+		}
+		out = append(out, res)
+	}
+	denial := Result{Remaining: f[5], RetryAfterMs: usToMs(f[6]), RetryAfterUs: f[6], ResetAfterMs: usToMs(f[7])}
+	for range int64(count) - granted {
+		out = append(out, denial)
+	}
+	return out
+}
+
+// usToMs rounds microseconds up to whole milliseconds: waiting the
+// milliseconds is always enough.
+func usToMs(us int64) int64 {
+	return (us + 999) / 1000
 }
 
 func toInt(v any) (int64, error) {

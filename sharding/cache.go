@@ -64,7 +64,7 @@ func (l *Limiters) newRoute(e *entry, shard int, client string) route {
 			if err != nil {
 				return nil, err
 			}
-			rep, err := limiter.DecodeReply(v, limiter.OpAcquire, len(asks))
+			rep, err := limiter.DecodeReply(v, limiter.OpAcquire, asks)
 			if err != nil {
 				return nil, err
 			}

@@ -12,8 +12,9 @@ import (
 // attack's traffic stays in the proxy).
 //
 // It never denies a request the backend would grant: a denial of n
-// permits at time t with retry_after r means no request for n or more
-// permits can be granted before t+r — unless permits come back by
+// permits at time t with retry_after r means no request for n permits can
+// be granted before t+r (only requests for exactly n are answered, so the
+// retry_after they get is theirs too) — unless permits come back by
 // RL.RELEASE, RL.RESET or a rate change. Those invalidate the cache on
 // this proxy; on other proxies a cached denial outlives them by at most
 // its retry_after.
@@ -51,7 +52,9 @@ func (c *denyCache) check(name string, k subKey, permits int64, now time.Time) (
 		c.remove(name, k)
 		return limiter.Result{}, false
 	}
-	if permits < d.permits {
+	// Fewer permits might be granted; more would be denied too, but for
+	// longer than the cached retry_after says.
+	if permits != d.permits {
 		return limiter.Result{}, false
 	}
 	res := d.res
@@ -62,10 +65,10 @@ func (c *denyCache) check(name string, k subKey, permits int64, now time.Time) (
 }
 
 // add remembers a denial decided no earlier than sent. retry_after is
-// rounded up to whole ms by the script, so one ms is taken off to stay on
-// the safe side.
+// rounded up to whole microseconds by the script, so one is taken off to
+// stay on the safe side.
 func (c *denyCache) add(name string, k subKey, permits int64, sent time.Time, res limiter.Result) {
-	until := sent.Add(time.Duration(res.RetryAfterMs-1) * time.Millisecond)
+	until := sent.Add(time.Duration(res.RetryAfterUs-1) * time.Microsecond)
 	if !until.After(sent) {
 		return
 	}

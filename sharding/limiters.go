@@ -201,7 +201,7 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 			if err != nil {
 				return 0, err
 			}
-			rep, err := limiter.DecodeReply(v, op, 0)
+			rep, err := limiter.DecodeReply(v, op, nil)
 			if err != nil {
 				return 0, err
 			}

@@ -2,6 +2,9 @@
 -- before it defines:
 --   capacity          most permits one request may ask for
 --   load()            read state (and age it to now)
+--   try_run(n, count) optional: decide count requests of n permits that
+--                     do not wait at once: granted, first grant's
+--                     remaining and reset_us, last grant's reset_us
 --   try(n, wait_us)   decide one request that may wait up to wait_us:
 --                     granted, remaining, retry_us, reset_us (a grant with
 --                     retry_us > 0 is a reservation; algorithms that
@@ -12,20 +15,51 @@
 load()
 local out = {0, conf[1]}
 local op = ARGV[1]
+
+-- Whole microseconds, rounded up (0 stays 0).
+local function us(x)
+  if x <= 0 then return 0 end
+  return math.ceil(x - EPS)
+end
+
 if op == 'acquire' then
-  for i = 3, #ARGV, 2 do
-    local n, wait_us = tonumber(ARGV[i]), tonumber(ARGV[i + 1]) * 1000
+  -- Runs of identical requests, each decided in order: once one is
+  -- denied, the rest of its run would be denied the same way (a denial
+  -- changes nothing), so a run's answer is how many were granted, the
+  -- first and last grant, and the denial.
+  for i = 3, #ARGV, 3 do
+    local n, wait_us, count = tonumber(ARGV[i]), tonumber(ARGV[i + 1]) * 1000, tonumber(ARGV[i + 2])
     if n > capacity then
       out[#out + 1] = -1
       out[#out + 1] = math.floor(available() + EPS)
-      out[#out + 1] = 0
-      out[#out + 1] = 0
+      for _ = 1, 6 do out[#out + 1] = 0 end
     else
-      local granted, remaining, retry_us, reset_us = try(n, wait_us)
-      out[#out + 1] = granted
-      out[#out + 1] = math.floor(remaining + EPS)
-      out[#out + 1] = ms(retry_us)
-      out[#out + 1] = ms(reset_us)
+      local g, first_rem, first_retry, first_reset, last_reset = 0, 0, 0, 0, 0
+      local granted, remaining, retry_us, reset_us
+      if try_run and wait_us == 0 and count > 1 then
+        g, first_rem, first_reset, last_reset = try_run(n, count)
+      end
+      while g < count do
+        granted, remaining, retry_us, reset_us = try(n, wait_us)
+        if granted ~= 1 then break end
+        if g == 0 then
+          first_rem, first_retry, first_reset = remaining, retry_us, reset_us
+        end
+        last_reset = reset_us
+        g = g + 1
+      end
+      local deny_rem, deny_retry, deny_reset = 0, 0, 0
+      if g < count then
+        deny_rem, deny_retry, deny_reset = remaining, retry_us, reset_us
+      end
+      out[#out + 1] = g
+      out[#out + 1] = math.floor(first_rem + EPS)
+      out[#out + 1] = us(first_retry)
+      out[#out + 1] = us(first_reset)
+      out[#out + 1] = us(last_reset)
+      out[#out + 1] = math.floor(deny_rem + EPS)
+      out[#out + 1] = us(deny_retry)
+      out[#out + 1] = us(deny_reset)
     end
   end
 elseif op == 'release' then

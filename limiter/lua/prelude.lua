@@ -4,17 +4,22 @@
 -- KEYS[2..] state keys of the algorithm (named by the algorithm's file)
 -- ARGV[1]   op: 'acquire' | 'peek' | 'release'
 -- ARGV[2]   epoch the caller expects ('' skips the check)
--- ARGV[3..] acquire: a pair per coalesced request, decided in order:
---             permits, max_wait_ms (how long the caller may wait; 0 = now)
+-- ARGV[3..] acquire: the coalesced requests, decided in order, as runs of
+--             identical ones: permits, max_wait_ms (how long the caller
+--             may wait; 0 = now), count
 --           release: the permits given back
 -- Reply: {status, epoch, results...}
 --   status 0: ok; 1: no such limiter (no config); 2: the epoch changed
 --   (config or state was replaced: the caller refreshes and retries).
---   acquire results: 4 integers per request
---     {granted (1|0|-1 = more than capacity), remaining, retry_after_ms, reset_after_ms}
---     A grant with retry_after_ms > 0 is a reservation: the permits are
---     booked now and take effect after retry_after_ms (the caller holds
---     the reply until then, or releases them if it gives up).
+--   acquire results: 8 integers per run
+--     {granted (how many of the run, from its start; -1 = more permits
+--      than the capacity), first grant's remaining, retry_after_us,
+--      reset_after_us, last grant's reset_after_us, and the denial of the
+--      rest: remaining, retry_after_us, reset_after_us}
+--     Durations are whole microseconds, rounded up. A grant with
+--     retry_after > 0 is a reservation: the permits are booked now and
+--     take effect after it (the caller holds the reply until then, or
+--     releases them if it gives up).
 --   peek / release results: {available}
 local conf = redis.call('HMGET', KEYS[1], 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms')
 if not conf[1] then
@@ -56,6 +61,10 @@ local function keep(key, value, us)
     redis.call('SET', key, value, 'PX', math.max(1, ms(us)))
   end
 end
+
+-- An algorithm may define try_run (see epilogue.lua); this declaration
+-- keeps the name defined for those that do not.
+local try_run
 
 -- Floats are stored with 17 significant digits so they read back exactly.
 local function num(x)

@@ -38,6 +38,18 @@ local function try(n, wait_us)
   return 0, available(), (level + n - burst) * per_permit, level * per_permit
 end
 
+-- Grants as many of count requests of n permits (that do not wait) as
+-- fit, at once; the same as calling try(n, 0) until one is denied.
+local function try_run(n, count)
+  local g = math.max(0, math.min(count, math.floor((burst - level + EPS) / n)))
+  if g == 0 then
+    return 0, 0, 0, 0
+  end
+  local first_rem, first_reset = burst - level - n, (level + n) * per_permit
+  level = level + g * n
+  return g, first_rem, first_reset, level * per_permit
+end
+
 local function give(n)
   level = math.max(0, level - n)
 end
