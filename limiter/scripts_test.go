@@ -92,13 +92,14 @@ func (l *lim) keys() []string { return l.r.keys.Script(l.algo, l.name, 0, l.epoc
 func (l *lim) state() []string { return l.keys()[1:] }
 
 // call runs the limiter script and decodes its reply, whatever its status.
-func (l *lim) call(op limiter.Op, want int, args []any) limiter.Reply {
+// asks are the acquire requests args carry (nil for peek and release).
+func (l *lim) call(op limiter.Op, asks []limiter.Ask, args []any) limiter.Reply {
 	l.t.Helper()
 	v, err := l.r.scripts.Limiter(l.algo).Run(l.t.Context(), l.r.rdb, l.keys(), args...).Result()
 	if err != nil {
 		l.t.Fatalf("%s %s %v: %v", l.algo, op, args, err)
 	}
-	rep, err := limiter.DecodeReply(v, op, want)
+	rep, err := limiter.DecodeReply(v, op, asks)
 	if err != nil {
 		l.t.Fatalf("%s %s %v: %v", l.algo, op, args, err)
 	}
@@ -118,7 +119,7 @@ func (l *lim) mustOK(rep limiter.Reply) {
 // acquire decides asks in one script call.
 func (l *lim) acquire(asks ...limiter.Ask) []limiter.Result {
 	l.t.Helper()
-	rep := l.call(limiter.OpAcquire, len(asks), limiter.AcquireArgs(l.epoch, asks))
+	rep := l.call(limiter.OpAcquire, asks, limiter.AcquireArgs(l.epoch, asks))
 	l.mustOK(rep)
 	return rep.Results
 }
@@ -131,14 +132,14 @@ func (l *lim) take(n int64) limiter.Result {
 
 func (l *lim) peek() int64 {
 	l.t.Helper()
-	rep := l.call(limiter.OpPeek, 0, limiter.Args(limiter.OpPeek, l.epoch))
+	rep := l.call(limiter.OpPeek, nil, limiter.Args(limiter.OpPeek, l.epoch))
 	l.mustOK(rep)
 	return rep.Count
 }
 
 func (l *lim) release(n int64) int64 {
 	l.t.Helper()
-	rep := l.call(limiter.OpRelease, 0, limiter.Args(limiter.OpRelease, l.epoch, n))
+	rep := l.call(limiter.OpRelease, nil, limiter.Args(limiter.OpRelease, l.epoch, n))
 	l.mustOK(rep)
 	return rep.Count
 }
@@ -345,6 +346,17 @@ func TestTokenBucketScenarios(t *testing.T) {
 	}
 	burstSteps = append(burstSteps, step{ask: ask(1), granted: 0, remaining: 0, retry: 1000, reset: 10000})
 
+	// 71 per day: a permit refills in 86400000/71 ms, not a whole number of
+	// µs, so the durations carry floating-point noise (71 of them make
+	// 86400000000.00002 µs). Each is reported as its exact value rounded
+	// up to whole ms: a whole day stays a whole day.
+	const day = 86_400_000 // ms
+	daySteps := []step{}
+	for i := int64(1); i <= 71; i++ {
+		daySteps = append(daySteps, step{ask: ask(1), granted: 1, remaining: 71 - i, reset: (i*day + 70) / 71})
+	}
+	daySteps = append(daySteps, step{ask: ask(1), granted: 0, remaining: 0, retry: (day + 70) / 71, reset: day})
+
 	tests := []struct {
 		name  string
 		conf  limiter.Config
@@ -357,6 +369,11 @@ func TestTokenBucketScenarios(t *testing.T) {
 			{ask: ask(1), granted: 0, remaining: 0, retry: 334, reset: 1000},
 		}},
 		{"burst above rate", tokenBucket(1, time.Second, 10), burstSteps},
+		{"whole days stay whole", tokenBucket(71, 24*time.Hour, 71), daySteps},
+		{"one request for a whole day", tokenBucket(71, 24*time.Hour, 71), []step{
+			{ask: ask(71), granted: 1, remaining: 0, reset: day},
+			{ask: ask(1), granted: 0, remaining: 0, retry: (day + 70) / 71, reset: day},
+		}},
 		{"several permits per request", tokenBucket(10, 10*time.Second, 10), []step{
 			{ask: ask(4), granted: 1, remaining: 6, reset: 4000},
 			{ask: ask(6), granted: 1, remaining: 0, reset: 10000},
@@ -374,6 +391,21 @@ func TestTokenBucketScenarios(t *testing.T) {
 			{ask: ask(3), granted: 0, remaining: 2, retry: 720_000, reset: 3 * 720_000},
 			{ask: ask(2), granted: 1, remaining: 0, reset: 5 * 720_000},
 			{ask: ask(1), granted: 0, remaining: 0, retry: 720_000, reset: 5 * 720_000},
+		}},
+		// Neighbouring identical asks travel as runs: a run's denials leave
+		// the next run (smaller asks, or one that may wait) to be decided
+		// on what is left.
+		{"runs", tokenBucket(10, 10*time.Second, 10), []step{
+			{ask: ask(4), granted: 1, remaining: 6, reset: 4000},
+			{ask: ask(4), granted: 1, remaining: 2, reset: 8000},
+			{ask: ask(4), granted: 0, remaining: 2, retry: 2000, reset: 8000},
+			{ask: ask(4), granted: 0, remaining: 2, retry: 2000, reset: 8000},
+			{ask: ask(1), granted: 1, remaining: 1, reset: 9000},
+			{ask: ask(1), granted: 1, remaining: 0, reset: 10000},
+			{ask: ask(1), granted: 0, remaining: 0, retry: 1000, reset: 10000},
+			{ask: askWait(1, time.Second), granted: 1, remaining: 0, retry: 1000, reset: 11000},
+			{ask: askWait(1, time.Second), granted: 0, remaining: 0, retry: 2000, reset: 11000},
+			{ask: ask(1), granted: 0, remaining: 0, retry: 2000, reset: 11000},
 		}},
 		{"reservations queue in order", tokenBucket(10, 10*time.Second, 10), []step{
 			{ask: askWait(4, 10*time.Second), granted: 1, remaining: 6, reset: 4000}, // fits now: no wait
@@ -660,7 +692,7 @@ func TestSlidingLog(t *testing.T) {
 		}
 		after := r.redisMs(t)
 		for i, c := range cmds {
-			rep, err := limiter.DecodeReply(c.Val(), limiter.OpAcquire, 1)
+			rep, err := limiter.DecodeReply(c.Val(), limiter.OpAcquire, []limiter.Ask{ask(1)})
 			if err != nil || !rep.Results[0].Granted || rep.Results[0].Remaining != int64(999-i) {
 				t.Fatalf("call %d: %+v %v, want granted with %d left", i, rep, err, 999-i)
 			}
@@ -760,28 +792,28 @@ func TestStatus(t *testing.T) {
 			name := "status-" + string(algo)
 			calls := []struct {
 				op   limiter.Op
-				want int
+				asks []limiter.Ask
 				args func(epoch string) []any
 			}{
-				{limiter.OpAcquire, 1, func(e string) []any { return limiter.AcquireArgs(e, []limiter.Ask{ask(1)}) }},
-				{limiter.OpPeek, 0, func(e string) []any { return limiter.Args(limiter.OpPeek, e) }},
-				{limiter.OpRelease, 0, func(e string) []any { return limiter.Args(limiter.OpRelease, e, 1) }},
+				{limiter.OpAcquire, []limiter.Ask{ask(1)}, func(e string) []any { return limiter.AcquireArgs(e, []limiter.Ask{ask(1)}) }},
+				{limiter.OpPeek, nil, func(e string) []any { return limiter.Args(limiter.OpPeek, e) }},
+				{limiter.OpRelease, nil, func(e string) []any { return limiter.Args(limiter.OpRelease, e, 1) }},
 			}
 
 			missing := r.open(t, name, algo, "e1")
 			for _, c := range calls {
-				if rep := missing.call(c.op, c.want, c.args("e1")); rep.Status != limiter.StatusNoLimiter || rep.Epoch != "" {
+				if rep := missing.call(c.op, c.asks, c.args("e1")); rep.Status != limiter.StatusNoLimiter || rep.Epoch != "" {
 					t.Errorf("%s on a missing limiter: %+v, want StatusNoLimiter", c.op, rep)
 				}
 			}
 
 			l := r.create(t, name, conf)
 			for _, c := range calls {
-				rep := l.call(c.op, c.want, c.args("stale"))
+				rep := l.call(c.op, c.asks, c.args("stale"))
 				if rep.Status != limiter.StatusEpochChange || rep.Epoch != "e1" {
 					t.Errorf("%s with a wrong epoch: %+v, want StatusEpochChange with epoch e1", c.op, rep)
 				}
-				if rep := l.call(c.op, c.want, c.args("")); rep.Status != limiter.StatusOK || rep.Epoch != "e1" {
+				if rep := l.call(c.op, c.asks, c.args("")); rep.Status != limiter.StatusOK || rep.Epoch != "e1" {
 					t.Errorf("%s with no epoch (no check): %+v, want OK in epoch e1", c.op, rep)
 				}
 			}
@@ -795,7 +827,7 @@ func TestStatus(t *testing.T) {
 			if err != nil || old != "e1" {
 				t.Fatalf("reset = %q, %v; want the old epoch e1", old, err)
 			}
-			if rep := l.call(limiter.OpPeek, 0, limiter.Args(limiter.OpPeek, "e1")); rep.Status != limiter.StatusEpochChange || rep.Epoch != "e2" {
+			if rep := l.call(limiter.OpPeek, nil, limiter.Args(limiter.OpPeek, "e1")); rep.Status != limiter.StatusEpochChange || rep.Epoch != "e2" {
 				t.Errorf("peek in the old epoch after reset: %+v, want StatusEpochChange with epoch e2", rep)
 			}
 			if got := r.open(t, name, algo, "e2").peek(); got != 3 {
@@ -951,4 +983,119 @@ func TestClockIsRedisTime(t *testing.T) {
 		t.Fatalf("sliding log holds %d entries, want 1", len(scores))
 	}
 	within(t, "sliding log score", scores[0], span{before, after})
+}
+
+// A batch of identical asks travels as one run and is answered in 8
+// values, however many asks it carries; expanded, its results are those
+// the same asks get one call each: the same grants and remaining, and
+// durations that differ only by the time between the calls.
+func TestRunDecidesLikeSeparateCalls(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	const asks = 300
+	tests := []struct {
+		name    string
+		conf    limiter.Config
+		permits int64
+		granted int   // how many of the asks are granted
+		left    int64 // remaining after the last grant, and for the denials
+	}{
+		{"token bucket", tokenBucket(100, time.Hour, 100), 1, 100, 0},
+		{"token bucket, 3 permits each", tokenBucket(100, time.Hour, 100), 3, 33, 1},
+		{"token bucket, burst above rate", tokenBucket(10, time.Hour, 100), 1, 100, 0},
+		{"sliding log", slidingLog(100, time.Hour), 1, 100, 0},
+		{"sliding log, 7 permits each", slidingLog(100, time.Hour), 7, 14, 2},
+		{"fixed window", fixedWindow(100, 24*time.Hour), 1, 100, 0},
+		{"sliding window", slidingWindow(100, 24*time.Hour), 1, 100, 0},
+		{"leaky bucket", leakyBucket(100, time.Hour, 100), 1, 1, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			run := make([]limiter.Ask, asks)
+			for i := range run {
+				run[i] = ask(tc.permits)
+			}
+			retried(t, func(a *attempt) {
+				begin := time.Now()
+				before := r.clock(t)
+
+				l := r.create(t, fmt.Sprintf("%s/%d/batch", t.Name(), a.n), tc.conf)
+				v, err := r.scripts.Limiter(l.algo).Run(t.Context(), r.rdb, l.keys(), limiter.AcquireArgs(l.epoch, run)...).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if raw, _ := v.([]any); len(raw) != 2+8 {
+					a.Errorf("reply to a run of %d asks has %d values, want %d: %v", asks, len(raw), 2+8, v)
+				}
+				rep, err := limiter.DecodeReply(v, limiter.OpAcquire, run)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.mustOK(rep)
+				batch := rep.Results
+
+				one := r.create(t, fmt.Sprintf("%s/%d/separate", t.Name(), a.n), tc.conf)
+				separate := make([]limiter.Result, asks)
+				for i := range separate {
+					separate[i] = one.take(tc.permits)
+				}
+
+				after := r.clock(t)
+				took := time.Since(begin)
+				// Windows must not turn, and no permit come back (token
+				// bucket: one per 36 s; leaky bucket: one per 36 s).
+				if !sameWindow(before, after, tc.conf.Interval) {
+					a.voidf("a window turned while the test ran")
+				}
+				if !a.inTime("the calls", took, 10*time.Second) {
+					return
+				}
+
+				if len(batch) != asks {
+					t.Fatalf("%d results for %d asks", len(batch), asks)
+				}
+				if got := granted(batch); got != tc.granted {
+					a.Errorf("batch: %d granted, want %d", got, tc.granted)
+				}
+				if got := granted(separate); got != tc.granted {
+					a.Errorf("separate calls: %d granted, want %d", got, tc.granted)
+				}
+				slack := took.Milliseconds() + 2
+				for i := range batch {
+					b, s := batch[i], separate[i]
+					wantGrant := i < tc.granted
+					want := tc.left
+					if wantGrant && tc.granted > 1 {
+						want = tc.left + tc.permits*int64(tc.granted-1-i)
+					}
+					if b.Granted != wantGrant || b.Remaining != want || b.OverCapacity {
+						a.Errorf("batch ask %d: %+v, want granted %v with %d left", i, b, wantGrant, want)
+					}
+					if s.Granted != b.Granted || s.Remaining != b.Remaining || s.OverCapacity {
+						a.Errorf("ask %d: separate call %+v, batch %+v: want the same decision and remaining", i, s, b)
+					}
+					for _, d := range []struct {
+						what       string
+						batch, sep int64
+					}{{"retry_after", b.RetryAfterMs, s.RetryAfterMs}, {"reset_after", b.ResetAfterMs, s.ResetAfterMs}} {
+						if diff := d.batch - d.sep; diff < -slack || diff > slack {
+							a.Errorf("ask %d: %s %d ms in the batch, %d ms by a separate call: want within %d ms", i, d.what, d.batch, d.sep, slack)
+						}
+					}
+					if b.Granted && (b.RetryAfterMs != 0 || b.RetryAfterUs != 0) {
+						a.Errorf("batch ask %d: %+v: a grant without waiting has retry_after 0", i, b)
+					}
+					if !b.Granted {
+						if b != batch[tc.granted] {
+							a.Errorf("batch ask %d: %+v, want the same denial as ask %d: %+v", i, b, tc.granted, batch[tc.granted])
+						}
+						if b.RetryAfterMs <= 0 || b.RetryAfterUs <= (b.RetryAfterMs-1)*1000 || b.RetryAfterUs > b.RetryAfterMs*1000 {
+							a.Errorf("batch ask %d: retry_after %d ms, %d µs: want > 0 and the µs rounding up to the ms", i, b.RetryAfterMs, b.RetryAfterUs)
+						}
+					}
+				}
+			})
+		})
+	}
 }

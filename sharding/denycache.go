@@ -60,6 +60,7 @@ func (c *denyCache) check(name string, k subKey, permits int64, now time.Time) (
 	res := d.res
 	elapsed := now.Sub(d.sent).Milliseconds()
 	res.RetryAfterMs = max(1, res.RetryAfterMs-elapsed) // never 0: that would read as granted
+	res.RetryAfterUs = max(1, res.RetryAfterUs-now.Sub(d.sent).Microseconds())
 	res.ResetAfterMs = max(res.RetryAfterMs, res.ResetAfterMs-elapsed)
 	return res, true
 }

@@ -11,11 +11,19 @@ var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
+func us(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+
+// denied is a denial as DecodeReply gives it: retry_after in µs, and in
+// ms rounded up.
+func denied(remaining, retryUs, resetMs int64) limiter.Result {
+	return limiter.Result{Remaining: remaining, RetryAfterMs: (retryUs + 999) / 1000, RetryAfterUs: retryUs, ResetAfterMs: resetMs}
+}
+
 func TestDenyCacheAnswersOnlySureDenials(t *testing.T) {
 	var c denyCache
 	k := subKey{shard: 2, epoch: "e1"}
 	// 5 permits were denied at t0: they could come in 100ms.
-	c.add("k", k, 5, t0, limiter.Result{Remaining: 3, RetryAfterMs: 100, ResetAfterMs: 400})
+	c.add("k", k, 5, t0, denied(3, 100_000, 400))
 
 	for _, tc := range []struct {
 		name    string
@@ -25,17 +33,20 @@ func TestDenyCacheAnswersOnlySureDenials(t *testing.T) {
 		hit     bool
 		want    limiter.Result
 	}{
-		{"same request", k, 5, ms(10), true, limiter.Result{Remaining: 3, RetryAfterMs: 90, ResetAfterMs: 390}},
-		{"more permits", k, 8, ms(50), true, limiter.Result{Remaining: 3, RetryAfterMs: 50, ResetAfterMs: 350}},
-		// Fewer permits might fit in what is left: ask the backend.
+		{"same request", k, 5, ms(10), true, limiter.Result{Remaining: 3, RetryAfterMs: 90, RetryAfterUs: 90_000, ResetAfterMs: 390}},
+		// Only requests for the same permits: fewer might fit in what is
+		// left, more would wait longer than the cached retry_after.
+		{"more permits", k, 8, ms(50), false, limiter.Result{}},
 		{"fewer permits", k, 4, ms(10), false, limiter.Result{}},
 		{"one permit", k, 1, 0, false, limiter.Result{}},
 		{"other shard", subKey{shard: 3, epoch: "e1"}, 5, ms(10), false, limiter.Result{}},
 		{"other epoch", subKey{shard: 2, epoch: "e2"}, 5, ms(10), false, limiter.Result{}},
 		{"other client", subKey{shard: 2, epoch: "e1", client: "n=a"}, 5, ms(10), false, limiter.Result{}},
-		// The entry lives until retry_after less 1ms (the script rounds up).
-		{"just before expiry", k, 5, ms(98), true, limiter.Result{Remaining: 3, RetryAfterMs: 2, ResetAfterMs: 302}},
-		{"expired", k, 5, ms(99), false, limiter.Result{}},
+		// Asks for other permits leave the entry in place.
+		{"same request again", k, 5, ms(60) + us(250), true, limiter.Result{Remaining: 3, RetryAfterMs: 40, RetryAfterUs: 39_750, ResetAfterMs: 340}},
+		// The entry lives until retry_after less 1µs (the script rounds up).
+		{"just before expiry", k, 5, us(99_998), true, limiter.Result{Remaining: 3, RetryAfterMs: 1, RetryAfterUs: 2, ResetAfterMs: 301}},
+		{"expired", k, 5, us(99_999), false, limiter.Result{}},
 		{"gone once expired", k, 5, ms(10), false, limiter.Result{}},
 	} {
 		got, hit := c.check("k", tc.key, tc.permits, t0.Add(tc.at))
@@ -51,25 +62,44 @@ func TestDenyCacheAnswersOnlySureDenials(t *testing.T) {
 	}
 }
 
-// A cached answer never says retry_after 0, which would read as granted.
-func TestDenyCacheRetryAfterStaysPositive(t *testing.T) {
+// A denial is kept to the µs: one with retry_after 400µs (1 ms once
+// rounded up) answers for 399µs, not for the whole ms.
+func TestDenyCacheMicroseconds(t *testing.T) {
 	var c denyCache
 	k := subKey{epoch: "e"}
-	c.add("k", k, 1, t0, limiter.Result{RetryAfterMs: 3, ResetAfterMs: 3})
-	res, ok := c.check("k", k, 1, t0.Add(1999*time.Microsecond))
-	if !ok || res.RetryAfterMs < 1 || res.ResetAfterMs < res.RetryAfterMs {
-		t.Errorf("check = %+v, %v; want a hit with retry_after >= 1 and reset_after >= retry_after", res, ok)
+	c.add("k", k, 1, t0, denied(0, 400, 1))
+	for _, tc := range []struct {
+		at  time.Duration
+		hit bool
+	}{{0, true}, {us(1), true}, {us(398), true}, {us(399), false}, {us(400), false}, {ms(1) - 1, false}} {
+		if _, hit := c.check("k", k, 1, t0.Add(tc.at)); hit != tc.hit {
+			t.Errorf("check at +%v after a denial with retry_after 400µs: hit %v, want %v", tc.at, hit, tc.hit)
+		}
+	}
+
+	c.add("k", k, 1, t0, denied(0, 2, 1))
+	if res, hit := c.check("k", k, 1, t0); !hit || res.RetryAfterMs != 1 || res.RetryAfterUs != 2 {
+		t.Errorf("check right after a denial with retry_after 2µs = %+v, %v; want a hit with 1 ms, 2 µs", res, hit)
+	}
+	if _, hit := c.check("k", k, 1, t0.Add(us(1))); hit {
+		t.Error("a denial with retry_after 2µs answered 1µs later")
 	}
 }
 
-// Denials whose retry_after is too short to be worth it are not kept.
+// Denials whose retry_after is too short to be worth it are not kept:
+// rounded up to the µs, 1µs may be none at all.
 func TestDenyCacheSkipsShortDenials(t *testing.T) {
 	var c denyCache
 	k := subKey{epoch: "e"}
-	for _, retry := range []int64{0, 1} {
-		c.add("k", k, 1, t0, limiter.Result{RetryAfterMs: retry})
+	for _, res := range []limiter.Result{
+		denied(0, 0, 0),
+		denied(0, 1, 1),
+		// The µs decide, not the ms (a result without them is not kept).
+		{RetryAfterMs: 1000, ResetAfterMs: 1000},
+	} {
+		c.add("k", k, 1, t0, res)
 		if _, ok := c.check("k", k, 1, t0); ok {
-			t.Errorf("a denial with retry_after %dms was cached", retry)
+			t.Errorf("a denial %+v was cached", res)
 		}
 	}
 	if c.size != 0 {
@@ -77,9 +107,38 @@ func TestDenyCacheSkipsShortDenials(t *testing.T) {
 	}
 }
 
+// A cached answer never says retry_after 0, which would read as granted,
+// nor less than is left of the denial's retry_after (to the µs), and its
+// reset_after is never under its retry_after.
+func TestDenyCacheRetryAfterStaysPositive(t *testing.T) {
+	k := subKey{epoch: "e"}
+	for _, retry := range []int64{2, 400, 999, 1000, 1001, 2500, 30_000} {
+		var c denyCache
+		res := denied(0, retry, (retry+999)/1000)
+		c.add("k", k, 1, t0, res)
+		hits := int64(0)
+		for at := int64(0); at <= retry; at++ {
+			got, ok := c.check("k", k, 1, t0.Add(us(int(at))))
+			if !ok {
+				continue
+			}
+			hits++
+			left := retry - at
+			if got.RetryAfterMs < 1 || got.RetryAfterMs*1000 < left || got.RetryAfterUs != left || got.ResetAfterMs < got.RetryAfterMs {
+				t.Errorf("retry_after %dµs, checked %dµs later: %+v; want retry_after >= %dµs (>= 1 ms) and reset_after >= retry_after",
+					retry, at, got, left)
+				break
+			}
+		}
+		if hits != retry-1 {
+			t.Errorf("retry_after %dµs: answered at %d µs of it, want %d (all but the last)", retry, hits, retry-1)
+		}
+	}
+}
+
 func TestDenyCacheForget(t *testing.T) {
 	var c denyCache
-	res := limiter.Result{RetryAfterMs: 1000, ResetAfterMs: 1000}
+	res := denied(0, 1_000_000, 1000)
 	for shard := range 4 {
 		c.add("a", subKey{shard: shard, epoch: "e"}, 1, t0, res)
 		c.add("b", subKey{shard: shard, epoch: "e"}, 1, t0, res)
@@ -89,9 +148,19 @@ func TestDenyCacheForget(t *testing.T) {
 	if c.size != 8 {
 		t.Fatalf("size = %d, want 8", c.size)
 	}
+	if _, ok := c.check("a", subKey{shard: 0, epoch: "e"}, 1, t0); ok {
+		t.Error("the replaced denial (1 permit) still answered")
+	}
+	if _, ok := c.check("a", subKey{shard: 0, epoch: "e"}, 2, t0); !ok {
+		t.Error("the newer denial (2 permits) did not answer")
+	}
 	c.forget("a")
 	for shard := range 4 {
-		if _, ok := c.check("a", subKey{shard: shard, epoch: "e"}, 9, t0); ok {
+		permits := int64(1)
+		if shard == 0 {
+			permits = 2
+		}
+		if _, ok := c.check("a", subKey{shard: shard, epoch: "e"}, permits, t0); ok {
 			t.Errorf("shard %d of a forgotten limiter still answered from the cache", shard)
 		}
 		if _, ok := c.check("b", subKey{shard: shard, epoch: "e"}, 1, t0); !ok {
@@ -109,7 +178,7 @@ func TestDenyCacheForget(t *testing.T) {
 
 func TestDenyCacheSizeBound(t *testing.T) {
 	var c denyCache
-	res := limiter.Result{RetryAfterMs: 1000, ResetAfterMs: 1000}
+	res := denied(0, 1_000_000, 1000)
 	for i := range maxDenials + 10 {
 		c.add("k", subKey{shard: i, epoch: "e"}, 1, t0, res)
 	}
@@ -127,6 +196,9 @@ func TestDenyCacheSizeBound(t *testing.T) {
 	}
 	if _, ok := c.check("k", subKey{shard: 0, epoch: "e"}, 2, t0); ok {
 		t.Error("refreshed entry (3 permits) answered a request for 2")
+	}
+	if _, ok := c.check("k", subKey{shard: 0, epoch: "e"}, 3, t0); !ok {
+		t.Error("refreshed entry (3 permits) did not answer a request for 3")
 	}
 	// Once entries go, there is room again.
 	c.forget("k")

@@ -16,10 +16,12 @@ load()
 local out = {0, conf[1]}
 local op = ARGV[1]
 
--- Whole microseconds, rounded up (0 stays 0).
+-- Whole microseconds, rounded up (0 stays 0). The noise absorbed is ms()'s
+-- (EPS ms), so rounding these µs up to ms gives what ms() gives: a day
+-- computed as 86400000000.00002 µs is still 86400000 ms.
 local function us(x)
   if x <= 0 then return 0 end
-  return math.ceil(x - EPS)
+  return math.ceil(x - 1000 * EPS)
 end
 
 if op == 'acquire' then
