@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,24 +45,30 @@ type Client interface {
 type Node struct {
 	name    string
 	client  Client
-	scripts redis.Scripter // the client's autopipeliner, if any
-	running atomic.Int64   // script calls in flight
+	timeout time.Duration // bounds each call
 	breaker breaker
 	stats   counters
+	// pipe merges script calls for different limiters into one pipeline
+	// (standalone nodes): a call made while another is in flight goes
+	// with the others queued meanwhile, in one write and one read.
+	pipe      Coalescer[evalCall, evalResult]
+	pipelined bool
+}
+
+type evalCall struct {
+	script   *redis.Script
+	keys     []string
+	args     []any
+	failures uint64 // the node's failures when the call was queued
+}
+
+type evalResult struct {
+	v   any
+	err error
 }
 
 // Name is how errors and INFO name the node (its address).
 func (n *Node) Name() string { return n.name }
-
-// scripter picks how a script call goes out: alone when nothing else is
-// in flight (the lowest latency), else through the autopipeliner, so that
-// concurrent calls for different limiters share one write and one read.
-func (n *Node) scripter() redis.Scripter {
-	if n.scripts != nil && n.running.Load() > 1 {
-		return n.scripts
-	}
-	return n.client
-}
 
 // Client is the node's go-redis client.
 func (n *Node) Client() Client { return n.client }
@@ -71,13 +76,73 @@ func (n *Node) Client() Client { return n.client }
 // Eval runs a script on the node.
 func (n *Node) Eval(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
 	var v any
-	n.running.Add(1)
-	defer n.running.Add(-1)
-	err := n.do(func() (err error) {
-		v, err = s.Run(ctx, n.scripter(), keys, args...).Result()
-		return err
+	err := n.do(func() error {
+		if !n.pipelined {
+			ctx, cancel := n.bound(ctx)
+			defer cancel()
+			var err error
+			v, err = s.Run(ctx, n.client, keys, args...).Result()
+			return err
+		}
+		failures, _ := n.breaker.failed()
+		r, err := n.pipe.Do(context.Background(), "", evalCall{s, keys, args, failures}, n.runPipeline)
+		if err != nil {
+			return err
+		}
+		v = r.v
+		return r.err
 	})
 	return v, err
+}
+
+// bound gives ctx the node's timeout unless it has a deadline already.
+func (n *Node) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || n.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, n.timeout)
+}
+
+// runPipeline sends queued script calls as one pipeline. Calls queued
+// behind a call that found the node dead fail at once, not after another
+// timeout.
+func (n *Node) runPipeline(ctx context.Context, queued []evalCall) ([]evalResult, error) {
+	out := make([]evalResult, len(queued))
+	failures, last := n.breaker.failed()
+	calls, at := queued[:0:0], []int(nil)
+	for i, c := range queued {
+		if c.failures < failures {
+			out[i].err = &unavailableError{node: n.name, err: circuitOpen{last}}
+			continue
+		}
+		calls, at = append(calls, c), append(at, i)
+	}
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	switch len(calls) {
+	case 0:
+		return out, nil
+	case 1:
+		c := calls[0]
+		out[at[0]].v, out[at[0]].err = c.script.Run(ctx, n.client, c.keys, c.args...).Result()
+		return out, nil
+	}
+	pipe := n.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	pipe.Exec(ctx) //nolint:errcheck // each command carries its own error
+	for i, cmd := range cmds {
+		r := &out[at[i]]
+		r.v, r.err = cmd.Result()
+		if redis.HasErrorPrefix(r.err, "NOSCRIPT") {
+			// The node lost its scripts (restart, SCRIPT FLUSH): EVAL loads it.
+			c := calls[i]
+			r.v, r.err = c.script.Eval(ctx, n.client, c.keys, c.args...).Result()
+		}
+	}
+	return out, nil
 }
 
 // HGetAll reads a hash; an empty map means no such key.

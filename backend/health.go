@@ -2,7 +2,6 @@ package backend
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ type breaker struct {
 	mu        sync.Mutex
 	openUntil time.Time // zero when closed
 	lastErr   error
+	failures  uint64 // calls that found the node unreachable, ever
 }
 
 // allow reports whether a call may go to the node now. While open, one
@@ -33,8 +33,15 @@ func (b *breaker) allow(now time.Time) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("circuit open after: %w", b.lastErr)
+	return circuitOpen{b.lastErr}
 }
+
+// circuitOpen is the error of a call the breaker refused: the node was
+// not asked, so the refusal says nothing new about it.
+type circuitOpen struct{ last error }
+
+func (e circuitOpen) Error() string { return "circuit open after: " + e.last.Error() }
+func (e circuitOpen) Unwrap() error { return e.last }
 
 func (b *breaker) record(now time.Time, err error) {
 	b.mu.Lock()
@@ -44,6 +51,26 @@ func (b *breaker) record(now time.Time, err error) {
 		return
 	}
 	b.openUntil, b.lastErr = now.Add(b.cooldown), err
+	b.failures++
+}
+
+// failed returns the number of failures so far and, if there is one, the
+// last error (refusing calls that were queued before it).
+func (b *breaker) failed() (uint64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failures, b.lastErr
+}
+
+// cooling returns the error that opened the breaker while its cooldown
+// is not over (a call now would fail at once), else nil.
+func (b *breaker) cooling(now time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.openUntil.IsZero() || !now.Before(b.openUntil) {
+		return nil
+	}
+	return circuitOpen{b.lastErr}
 }
 
 func (b *breaker) isOpen() bool {
@@ -62,6 +89,16 @@ type Stats struct {
 
 type counters struct {
 	calls, errors, nanos atomic.Int64
+}
+
+// Down returns the error calls to the node fail with now while its
+// breaker is open and cooling down (nil otherwise), so routing can go
+// elsewhere without a call.
+func (n *Node) Down() error {
+	if err := n.breaker.cooling(time.Now()); err != nil {
+		return &unavailableError{node: n.name, err: err}
+	}
+	return nil
 }
 
 // Stats returns the node's counters so far.
@@ -87,10 +124,15 @@ func (n *Node) do(call func() error) error {
 		n.stats.errors.Add(1)
 	}
 	werr := n.wrap(err)
+	var refused circuitOpen
+	switch {
+	case errors.As(err, &refused):
+		// Refused without asking the node (queued behind a call that
+		// found it dead): nothing learned.
 	// Error replies prove the node is alive; only unreachability opens the breaker.
-	if errors.Is(werr, ErrUnavailable) {
+	case errors.Is(werr, ErrUnavailable):
 		n.breaker.record(time.Now(), err)
-	} else if n.breaker.isOpen() {
+	case n.breaker.isOpen():
 		n.breaker.record(time.Now(), nil)
 	}
 	return werr

@@ -41,13 +41,8 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 			}
 			applyTimeouts(opt, o)
 			c := redis.NewClient(opt)
-			n := &Node{name: opt.Addr, client: c}
+			n := &Node{name: opt.Addr, client: c, timeout: o.Timeout, pipelined: true}
 			n.breaker.cooldown = o.BreakerCooldown
-			// Script calls from many goroutines (different limiters) share
-			// pipelines: one write and one read for all of them.
-			if ap, err := c.AutoPipeline(); err == nil {
-				n.scripts = ap
-			}
 			p.nodes = append(p.nodes, n)
 		}
 	default:
@@ -74,6 +69,8 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 func applyTimeouts(opt *redis.Options, o Options) {
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
 	opt.PoolSize = o.PoolSize
+	// Calls end at their context's deadline, which covers a whole pipeline.
+	opt.ContextTimeoutEnabled = true
 	// No go-redis retries: a script whose reply timed out may still run,
 	// and each retry would spend its permits again (and wait another Timeout).
 	opt.MaxRetries = -1

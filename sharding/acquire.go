@@ -99,6 +99,10 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 			}
 		}
 		rt := l.route(e, shard, r.Client)
+		if rt.node.Down() != nil {
+			rest = append(rest, i) // the full path walks past dead shards
+			continue
+		}
 		firsts = append(firsts, first{i: i, e: e, route: rt, sent: time.Now()})
 		calls = append(calls, backend.Call[limiter.Ask, answer]{
 			Key: rt.batchKey, Item: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, Run: rt.run,
@@ -226,7 +230,11 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request) (limi
 			}
 		}
 		sent := time.Now()
-		a, err := l.acquireOn(ctx, e, r, shard)
+		var a answer
+		err := e.nodes[shard].Down()
+		if err == nil {
+			a, err = l.acquireOn(ctx, e, r, shard)
+		}
 		if err != nil {
 			lastErr = err
 			if errors.Is(err, backend.ErrUnavailable) {
