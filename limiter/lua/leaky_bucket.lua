@@ -27,17 +27,7 @@ local per_permit = interval / rate -- T, microseconds
 local queued, ts
 
 local function load()
-  queued, ts = 0, now
-  local v = redis.call('GET', KEYS[2])
-  if v then
-    local q, t = string.match(v, '^([^:]+):(.+)$')
-    queued, ts = tonumber(q) or 0, tonumber(t) or now
-  end
-  -- The clock may step back after a failover; time never runs backwards here.
-  if now > ts then
-    queued = math.max(0, queued - (now - ts) / per_permit)
-    ts = now
-  end
+  queued, ts = drained(KEYS[2], per_permit)
 end
 
 local function empty()

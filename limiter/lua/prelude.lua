@@ -62,6 +62,23 @@ local function keep(key, value, us)
   end
 end
 
+-- Reads a "level:ts" state (permits held at time ts, in microseconds) and
+-- drains it at one permit per per_permit microseconds up to now. The
+-- clock may step back after a failover; time never runs backwards here.
+local function drained(key, per_permit)
+  local level, ts = 0, now
+  local v = redis.call('GET', key)
+  if v then
+    local l, t = string.match(v, '^([^:]+):(.+)$')
+    level, ts = tonumber(l) or 0, tonumber(t) or now
+  end
+  if now > ts then
+    level = math.max(0, level - (now - ts) / per_permit)
+    ts = now
+  end
+  return level, ts
+end
+
 -- An algorithm may define try_run (see epilogue.lua); this declaration
 -- keeps the name defined for those that do not.
 local try_run

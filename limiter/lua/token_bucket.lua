@@ -9,17 +9,7 @@ local per_permit = interval / rate -- microseconds to refill one permit
 local level, ts
 
 local function load()
-  level, ts = 0, now
-  local v = redis.call('GET', KEYS[2])
-  if v then
-    local l, t = string.match(v, '^([^:]+):(.+)$')
-    level, ts = tonumber(l) or 0, tonumber(t) or now
-  end
-  -- The clock may step back after a failover; time never runs backwards here.
-  if now > ts then
-    level = math.max(0, level - (now - ts) / per_permit)
-    ts = now
-  end
+  level, ts = drained(KEYS[2], per_permit)
 end
 
 local function available()
