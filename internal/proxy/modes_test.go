@@ -283,6 +283,32 @@ func TestKeepState(t *testing.T) {
 		}
 	}
 
+	// A leaky bucket keeps the permits queued in it: still draining, at the
+	// new rate (6 permits at 20 per minute: 18 s), or fresh and empty.
+	for _, keep := range []bool{true, false} {
+		t.Run(fmt.Sprintf("leaky-bucket/KEEPSTATE %v", keep), func(t *testing.T) {
+			t.Parallel()
+			key := fmt.Sprintf("keep:leaky:%v", keep)
+			h.Do(t, "RL.SETRATE", key, 10, "1m", "ALGO", "leaky-bucket").Equal(int64(1))
+			h.Do(t, "RL.ACQUIRE", key, 6).Granted(0)
+			args := []any{"RL.SETRATE", key, 20, "1m", "ALGO", "leaky-bucket"}
+			if !keep {
+				h.Do(t, args...).Equal(int64(1))
+				h.Do(t, "RL.AVAILABLE", key).Equal(int64(20))
+				return
+			}
+			h.Do(t, append(args, "KEEPSTATE")...).Equal(int64(1))
+			h.Do(t, "RL.AVAILABLE", key).Equal(int64(0))
+			v, err := h.d.Do(context.Background(), "RL.ACQUIRE", key).Slice()
+			if err != nil || len(v) != 4 || v[0] != int64(0) {
+				t.Fatalf("RL.ACQUIRE after KEEPSTATE: %v %v, want a denial", v, err)
+			}
+			if retry := v[2].(int64); retry < 17_000 || retry > 18_000 {
+				t.Errorf("retry_after %d ms, want about 18000 (6 queued permits at 20 per minute)", retry)
+			}
+		})
+	}
+
 	t.Run("other algorithm starts fresh", func(t *testing.T) {
 		t.Parallel()
 		const key = "keep:algo"
