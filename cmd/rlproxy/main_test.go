@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -219,7 +218,8 @@ func binary(t *testing.T) string {
 		}
 		goBin, err := exec.LookPath("go")
 		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+			binErr = err
+			return
 		}
 		out, err := exec.Command(goBin, "build", "-o", filepath.Join(binDir, "rlproxy"), ".").CombinedOutput()
 		if err != nil {
