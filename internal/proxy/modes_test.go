@@ -155,20 +155,7 @@ func TestTTL(t *testing.T) {
 
 			// Idle: gone once the TTL has passed since the last use, not
 			// sooner (RL.GETRATE does not count as use).
-			var goneAt time.Time
-			if err := eventually(3*time.Second, func() error {
-				now := time.Now()
-				if err := h.d.Do(context.Background(), "RL.GETRATE", key).Err(); !errors.Is(err, redis.Nil) {
-					return fmt.Errorf("RL.GETRATE %s: %v, want nil", key, err)
-				}
-				goneAt = now
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if idle := goneAt.Sub(lastUse); idle < ttl-early {
-				t.Errorf("gone after %v idle, want no sooner than the TTL %v", idle, ttl)
-			}
+			expectGoneAfter(t, h, key, lastUse, ttl-early)
 			h.Do(t, "RL.GETRATE", key).Nil()
 			h.Do(t, "RL.ACQUIRE", key).Err(fmt.Sprintf("ERR no such limiter '%s' (create it with RL.SETRATE)", key))
 			h.Do(t, "RL.AVAILABLE", key).Err(fmt.Sprintf("ERR no such limiter '%s' (create it with RL.SETRATE)", key))
@@ -197,21 +184,28 @@ func TestTTL(t *testing.T) {
 			h.Do(t, "RL.ACQUIRE", key).Acquire()
 			time.Sleep(10 * time.Millisecond)
 		}
-		var goneAt time.Time
-		if err := eventually(3*time.Second, func() error {
-			now := time.Now()
-			if err := h.d.Do(context.Background(), "RL.GETRATE", key).Err(); !errors.Is(err, redis.Nil) {
-				return fmt.Errorf("RL.GETRATE %s: %v, want nil", key, err)
-			}
-			goneAt = now
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if idle := goneAt.Sub(lastUse); idle < ttl-early {
-			t.Errorf("gone after %v idle, want no sooner than the TTL %v", idle, ttl)
-		}
+		expectGoneAfter(t, h, key, lastUse, ttl-early)
 	})
+}
+
+// expectGoneAfter waits until a limiter is gone (RL.GETRATE nil, which
+// does not count as use) and checks it lived at least min after lastUse.
+func expectGoneAfter(t *testing.T, h *harness, key string, lastUse time.Time, min time.Duration) {
+	t.Helper()
+	var goneAt time.Time
+	if err := eventually(3*time.Second, func() error {
+		now := time.Now()
+		if err := h.d.Do(context.Background(), "RL.GETRATE", key).Err(); !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("RL.GETRATE %s: %v, want nil", key, err)
+		}
+		goneAt = now
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if idle := goneAt.Sub(lastUse); idle < min {
+		t.Errorf("gone after %v idle, want no sooner than %v", idle, min)
+	}
 }
 
 // RL.RELEASE never raises the permits above capacity.
