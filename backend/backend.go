@@ -196,6 +196,10 @@ func (n *Node) wrap(err error) error {
 	if errors.As(err, &rerr) {
 		// A script error carries a Lua stack trace: users get its first line.
 		msg, _, _ := strings.Cut(oneLine(err.Error()), " stack traceback")
+		if strings.HasPrefix(msg, "TRYAGAIN ") {
+			// A slot being moved: keep the code first, so clients retry.
+			return &replyError{msg: fmt.Sprintf("%s (backend %s)", msg, n.name), err: err}
+		}
 		return &replyError{msg: fmt.Sprintf("backend %s: %s", n.name, msg), err: err}
 	}
 	return &unavailableError{node: n.name, err: err}

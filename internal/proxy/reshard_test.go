@@ -43,8 +43,9 @@ import (
 // bucket keeps none) does, for as long as its slot is between MIGRATING
 // and NODE: go-redis retries TRYAGAIN 3 times (30..170ms in all), the
 // proxy tries twice (fast path, then full path), then the client gets
-// "ERR backend cluster <seed>: TRYAGAIN Multiple keys request during
-// rehashing of slot". A slot moved at redis-cli's pace (about 10ms) is
+// "TRYAGAIN Multiple keys request during rehashing of slot (backend
+// cluster <seed>)" — the code first, so clients that retry TRYAGAIN do
+// (go-redis does). A slot moved at redis-cli's pace (about 10ms) is
 // covered by those retries; this test's 300ms stages are not, and it
 // checks that such errors say TRYAGAIN and end with the move.
 func TestReshardMovesSubLimiterUnderLoad(t *testing.T) {
