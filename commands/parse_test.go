@@ -361,14 +361,7 @@ func TestParseSetRateErrors(t *testing.T) {
 			o = *tt.o
 		}
 		r, err := ParseSetRate(tt.args, o)
-		if err == nil {
-			t.Errorf("%q: got %+v, want error %q", tt.args, r, tt.err)
-			continue
-		}
-		checkErrText(t, err)
-		if err.Error() != tt.err {
-			t.Errorf("%q:\n got %q\nwant %q", tt.args, err, tt.err)
-		}
+		expectParseError(t, tt.args, r, err, tt.err)
 	}
 }
 
@@ -425,14 +418,7 @@ func TestParseAcquireErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r, err := ParseAcquire(tt.args)
-		if err == nil {
-			t.Errorf("%q: got %+v, want error %q", tt.args, r, tt.err)
-			continue
-		}
-		checkErrText(t, err)
-		if err.Error() != tt.err {
-			t.Errorf("%q:\n got %q\nwant %q", tt.args, err, tt.err)
-		}
+		expectParseError(t, tt.args, r, err, tt.err)
 	}
 }
 
@@ -451,5 +437,19 @@ func TestArityErrorAndQuote(t *testing.T) {
 		if got := quote(in); got != want {
 			t.Errorf("quote(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// expectParseError checks that parsing args failed with exactly want,
+// worded as every error must be (checkErrText).
+func expectParseError(t *testing.T, args []string, got any, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%q: got %+v, want error %q", args, got, want)
+		return
+	}
+	checkErrText(t, err)
+	if err.Error() != want {
+		t.Errorf("%q:\n got %q\nwant %q", args, err, want)
 	}
 }

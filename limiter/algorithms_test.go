@@ -241,15 +241,7 @@ func TestFixedWindowPermits(t *testing.T) {
 	if got := l.peek(); got != 0 {
 		t.Errorf("peek = %d, want 0", got)
 	}
-	if got := l.release(4); got != 4 {
-		t.Errorf("release 4 = %d, want 4", got)
-	}
-	if got := l.release(100); got != 10 {
-		t.Errorf("release 100 = %d, want 10 (never above the rate)", got)
-	}
-	if got := r.pttl(t, l.state()[0]); got != -2 {
-		t.Errorf("state PTTL after everything was given back = %d, want -2 (deleted)", got)
-	}
+	r.releaseToFull(t, l)
 }
 
 func TestFixedWindowWaitIsNoReservation(t *testing.T) {
@@ -439,15 +431,7 @@ func TestSlidingWindowPermits(t *testing.T) {
 	end := windowStart(before, day).Add(2 * day)
 	within(t, "reset_after", res.ResetAfterMs, until(end, before, after))
 	within(t, "state PTTL", pttl, until(end, before, after).asTTL())
-	if got := l.release(4); got != 4 {
-		t.Errorf("release 4 = %d", got)
-	}
-	if got := l.release(100); got != 10 {
-		t.Errorf("release 100 = %d, want 10", got)
-	}
-	if got := r.pttl(t, l.state()[0]); got != -2 {
-		t.Errorf("state PTTL when empty = %d, want -2 (deleted)", got)
-	}
+	r.releaseToFull(t, l)
 }
 
 func TestSlidingWindowClockStepsBack(t *testing.T) {
@@ -656,5 +640,21 @@ func TestLeakyBucketClockStepsBack(t *testing.T) {
 	res := l.take(1)
 	if res.Granted || res.RetryAfterMs != (12*time.Minute).Milliseconds() || res.ResetAfterMs != (12*time.Minute).Milliseconds() {
 		t.Errorf("take: %+v, want denied for exactly 12m", res)
+	}
+}
+
+// releaseToFull checks RL.RELEASE on a window limiter of rate 10 with
+// nothing available: 4 back gives 4, 100 more stops at the rate, and the
+// state key, with nothing left to remember, is gone.
+func (r *rig) releaseToFull(t *testing.T, l *lim) {
+	t.Helper()
+	if got := l.release(4); got != 4 {
+		t.Errorf("release 4 = %d, want 4", got)
+	}
+	if got := l.release(100); got != 10 {
+		t.Errorf("release 100 = %d, want 10 (never above the rate)", got)
+	}
+	if got := r.pttl(t, l.state()[0]); got != -2 {
+		t.Errorf("state PTTL after everything was given back = %d, want -2 (deleted)", got)
 	}
 }

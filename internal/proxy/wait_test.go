@@ -252,15 +252,7 @@ func TestWaitTimeoutTooShort(t *testing.T) {
 			if denied.RetryAfter < 2*timeout {
 				t.Skipf("the window ends in %v: too close to tell a wait from an answer", denied.RetryAfter)
 			}
-			sent := time.Now()
-			g := c.Do(t, "RL.ACQUIRE", key, 1, "TIMEOUT", timeout.Milliseconds()).Acquire()
-			took := time.Since(sent)
-			if g.Granted || g.RetryAfter <= timeout {
-				t.Errorf("TIMEOUT %v on a limiter empty for an hour: %+v, want denied with retry_after > %v", timeout, g, timeout)
-			}
-			if took > timeout/2 {
-				t.Errorf("the denial took %v, want it at once (well before the %v timeout)", took, timeout)
-			}
+			deniedAtOnce(t, c, key, timeout, "on a limiter empty for an hour")
 		})
 	}
 
@@ -291,15 +283,7 @@ func TestWaitTimeoutTooShort(t *testing.T) {
 		head := h.raw(t)
 		head.Send("RL.ACQUIRE", key, "1", "BLOCK") // waits an hour at the head of the queue
 		waitWaiting(t, c, 1)
-		sent := time.Now()
-		g := c.Do(t, "RL.ACQUIRE", key, 1, "TIMEOUT", timeout.Milliseconds()).Acquire()
-		took := time.Since(sent)
-		if g.Granted || g.RetryAfter <= timeout {
-			t.Errorf("TIMEOUT %v behind an hour-long wait: %+v, want denied with retry_after > %v", timeout, g, timeout)
-		}
-		if took > timeout/2 {
-			t.Errorf("the denial took %v, want it at once (well before the %v timeout)", took, timeout)
-		}
+		deniedAtOnce(t, c, key, timeout, "behind an hour-long wait")
 	})
 }
 
@@ -595,5 +579,21 @@ func TestWaitShards(t *testing.T) {
 				t.Errorf("granted %v after draining began: sooner than any shard refills", held)
 			}
 		})
+	}
+}
+
+// deniedAtOnce sends RL.ACQUIRE key 1 TIMEOUT timeout on c and checks the
+// permits cannot come in time (denied, retry_after past the timeout) and
+// that the denial came at once, well before the timeout.
+func deniedAtOnce(t *testing.T, c conn, key string, timeout time.Duration, why string) {
+	t.Helper()
+	sent := time.Now()
+	g := c.Do(t, "RL.ACQUIRE", key, 1, "TIMEOUT", timeout.Milliseconds()).Acquire()
+	took := time.Since(sent)
+	if g.Granted || g.RetryAfter <= timeout {
+		t.Errorf("TIMEOUT %v %s: %+v, want denied with retry_after > %v", timeout, why, g, timeout)
+	}
+	if took > timeout/2 {
+		t.Errorf("the denial took %v, want it at once (well before the %v timeout)", took, timeout)
 	}
 }
