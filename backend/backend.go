@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/internal/busypoll"
 )
 
 // Options configure a Pool.
@@ -31,6 +32,9 @@ type Options struct {
 	BreakerCooldown time.Duration
 	// Scripts are loaded onto every node at start (optional).
 	Scripts []*redis.Script
+	// Poller, when set, lets backend connections poll for a reply before
+	// sleeping (see package busypoll).
+	Poller *busypoll.Poller
 }
 
 // Client is what a node's connection must do: run scripts and commands.
@@ -53,6 +57,7 @@ type Node struct {
 	// with the others queued meanwhile, in one write and one read.
 	pipe      Coalescer[evalCall, evalResult]
 	pipelined bool
+	poller    *busypoll.Poller // told of every call in flight
 }
 
 type evalCall struct {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/internal/busypoll"
 )
 
 // Pool is the set of nodes rlproxy runs limiters on.
@@ -32,7 +34,7 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 			return nil, err
 		}
 		p.cluster = true
-		p.nodes = []*Node{{name: "cluster " + c.Options().Addrs[0], client: c}}
+		p.nodes = []*Node{{name: "cluster " + c.Options().Addrs[0], client: c, poller: o.Poller}}
 	case len(o.Backends) > 0:
 		for _, u := range o.Backends {
 			opt, err := redis.ParseURL(u)
@@ -41,7 +43,7 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 			}
 			applyTimeouts(opt, o)
 			c := redis.NewClient(opt)
-			n := &Node{name: opt.Addr, client: c, timeout: o.Timeout, pipelined: true}
+			n := &Node{name: opt.Addr, client: c, timeout: o.Timeout, pipelined: true, poller: o.Poller}
 			n.breaker.cooldown = o.BreakerCooldown
 			p.nodes = append(p.nodes, n)
 		}
@@ -53,7 +55,7 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 		p.embedded = e
 		opt := &redis.Options{Addr: e.Addr()}
 		applyTimeouts(opt, o)
-		p.nodes = []*Node{{name: "embedded " + e.Addr(), client: redis.NewClient(opt)}}
+		p.nodes = []*Node{{name: "embedded " + e.Addr(), client: redis.NewClient(opt), poller: o.Poller}}
 		log.Info("no backend configured: using the embedded in-memory backend (state is lost on exit; use --backend redis://host:port for real use)")
 	}
 	// A node that is down now may come up later: loading scripts is an
@@ -77,6 +79,20 @@ func applyTimeouts(opt *redis.Options, o Options) {
 	// One dial attempt: a refused connection fails at once (the breaker
 	// then skips the node), instead of after 5 attempts 100ms apart.
 	opt.DialerRetries = 1
+	opt.Dialer = pollingDialer(opt, o.Poller)
+}
+
+// pollingDialer dials as go-redis does and lets plain TCP connections
+// poll for replies (TLS connections are left as they are).
+func pollingDialer(opt *redis.Options, p *busypoll.Poller) func(context.Context, string, string) (net.Conn, error) {
+	dial := redis.NewDialer(opt)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return p.Wrap(c, 1), nil
+	}
 }
 
 func clusterClient(o Options) (*redis.ClusterClient, error) {
@@ -97,6 +113,7 @@ func clusterClient(o Options) (*redis.ClusterClient, error) {
 	}
 	copt.DialTimeout, copt.ReadTimeout, copt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
 	copt.PoolSize = o.PoolSize
+	copt.Dialer = pollingDialer(&redis.Options{DialTimeout: o.Timeout, TLSConfig: copt.TLSConfig}, o.Poller)
 	return redis.NewClusterClient(copt), nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+
+	"github.com/rlproxy/rlproxy/internal/busypoll"
 )
 
 // Limits on what a client may send, as Redis's own: a command of at most
@@ -24,14 +26,18 @@ var errBadFrame = errors.New("protocol error")
 // overflows its index arithmetic and panics (in its own goroutine, so the
 // whole process dies), "*99999999999" spins one core for minutes, and
 // endless bytes without a newline grow its buffer without bound.
-type guardListener struct{ net.Listener }
+type guardListener struct {
+	net.Listener
+	poller *busypoll.Poller
+}
 
 func (l guardListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &guardedConn{Conn: c}, nil
+	// A client connection polls only while no backend call is in flight.
+	return &guardedConn{Conn: l.poller.Wrap(c, 0)}, nil
 }
 
 // guardedConn passes a client's bytes through while following the RESP

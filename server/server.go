@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rlproxy/rlproxy/commands"
+	"github.com/rlproxy/rlproxy/internal/busypoll"
 	"github.com/tidwall/redcon"
 )
 
@@ -34,6 +35,9 @@ type Options struct {
 	Log *slog.Logger
 	// Info adds sections to INFO (e.g. backends, limiters).
 	Info []InfoSection
+	// Poller, when set, lets client connections poll for the next request
+	// before sleeping (see package busypoll).
+	Poller *busypoll.Poller
 }
 
 // InfoSection is one "# Name" section of INFO.
@@ -90,7 +94,7 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // Serve accepts clients until Close. Every client's bytes pass a
 // framing check (guard.go) before redcon parses them.
-func (s *Server) Serve() error { return s.srv.Serve(guardListener{s.ln}) }
+func (s *Server) Serve() error { return s.srv.Serve(guardListener{s.ln, s.opts.Poller}) }
 
 // Close stops accepting and closes every client connection. Called
 // before Serve, it closes the listener, so a later Serve returns at once.

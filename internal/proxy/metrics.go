@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/internal/busypoll"
 	"github.com/rlproxy/rlproxy/sharding"
 )
 
@@ -18,7 +19,7 @@ type metrics struct {
 	ln  net.Listener
 }
 
-func startMetrics(addr string, pool *backend.Pool, l *sharding.Limiters) (*metrics, error) {
+func startMetrics(addr string, pool *backend.Pool, l *sharding.Limiters, poller *busypoll.Poller) (*metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	counter := func(name, help string, f func() float64) prometheus.Collector {
@@ -30,6 +31,14 @@ func startMetrics(addr string, pool *backend.Pool, l *sharding.Limiters) (*metri
 		counter("acquire_denied_total", "RL.ACQUIRE calls denied.", func() float64 { return float64(st.Denied.Load()) }),
 		counter("acquire_denied_from_cache_total", "Denials answered from the deny cache.", func() float64 { return float64(st.CachedDenials.Load()) }),
 		counter("acquire_errors_total", "RL.ACQUIRE calls that failed.", func() float64 { return float64(st.Errors.Load()) }),
+		counter("busy_poll_reads_total", "Socket reads that polled before sleeping.", func() float64 {
+			polled, _ := poller.Stats()
+			return float64(polled)
+		}),
+		counter("busy_poll_caught_total", "Polling reads whose data came while polling.", func() float64 {
+			_, caught := poller.Stats()
+			return float64(caught)
+		}),
 	)
 	for _, n := range pool.Nodes() {
 		labels := prometheus.Labels{"node": n.Name()}

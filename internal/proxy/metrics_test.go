@@ -45,6 +45,7 @@ func TestMetricsEndpointCountsDecisions(t *testing.T) {
 		"rlproxy_acquire_granted_total 2",
 		"rlproxy_acquire_denied_total 1",
 		`rlproxy_backend_up{node="` + srv.Addr() + `"} 1`,
+		"rlproxy_busy_poll_reads_total ",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)

@@ -7,10 +7,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/busypoll"
 	"github.com/rlproxy/rlproxy/limiter"
 	"github.com/rlproxy/rlproxy/server"
 	"github.com/rlproxy/rlproxy/sharding"
@@ -30,6 +32,7 @@ type Proxy struct {
 // Start connects the backends and starts serving clients.
 func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, error) {
 	scripts := limiter.NewScripts()
+	poller := busypoll.New(cfg.BusyPoll)
 	pool, err := backend.Open(ctx, backend.Options{
 		Backends: cfg.Backends,
 		Cluster:  cfg.Cluster,
@@ -38,6 +41,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		Scripts:  scripts.All(),
 
 		BreakerCooldown: cfg.BreakerCooldown,
+		Poller:          poller,
 	}, log)
 	if err != nil {
 		return nil, err
@@ -54,9 +58,11 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		RequirePass: cfg.RequirePass,
 		Version:     Version,
 		Log:         log,
+		Poller:      poller,
 		Info: []server.InfoSection{
 			{Name: "Backends", Lines: pool.Info},
 			{Name: "Limiters", Lines: limiters.Info},
+			{Name: "BusyPoll", Lines: func() []string { return busyPollInfo(cfg.BusyPoll, poller) }},
 		},
 	}, commands.Limiters(limiters, commands.Options{
 		DefaultShards: cfg.DefaultShards,
@@ -69,7 +75,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	}
 	p := &Proxy{pool: pool, server: srv, done: make(chan error, 1)}
 	if cfg.MetricsListen != "" {
-		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, limiters); err != nil {
+		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, limiters, poller); err != nil {
 			srv.Close()
 			pool.Close()
 			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
@@ -77,6 +83,20 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	}
 	go func() { p.done <- srv.Serve() }()
 	return p, nil
+}
+
+// busyPollInfo is INFO's BusyPoll section: the budget (0 when polling is
+// off), reads that polled and how many found their data while polling.
+func busyPollInfo(budget time.Duration, p *busypoll.Poller) []string {
+	if p == nil {
+		budget = 0
+	}
+	polled, caught := p.Stats()
+	return []string{
+		fmt.Sprintf("busy_poll_us:%d", budget.Microseconds()),
+		fmt.Sprintf("busy_poll_reads:%d", polled),
+		fmt.Sprintf("busy_poll_caught:%d", caught),
+	}
 }
 
 // Addr is the address clients connect to.

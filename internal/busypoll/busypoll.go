@@ -1,0 +1,163 @@
+// Package busypoll reads sockets by polling them for a short while before
+// letting the goroutine sleep.
+//
+// At light load a proxy's request makes two network hops, and at each the
+// reading thread parks in the kernel and is woken when the bytes arrive.
+// On virtual machines such a wake-up costs tens of microseconds — as much
+// as the round trip itself. A reader that polls the socket for the few
+// microseconds until the reply lands skips that wake-up. Polling burns CPU,
+// so it is kept to where it is free: one reader polls at a time, only while
+// the process has no other backend call in flight, only with a second CPU
+// to spare, and never for longer than the budget. A connection whose last
+// wait outlasted the budget (an idle client, a distant server) stops
+// polling until a wait is short again.
+package busypoll
+
+import (
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Poller shares the polling budget of one process. The zero value and a
+// nil *Poller never poll.
+type Poller struct {
+	budget   time.Duration
+	inflight atomic.Int64 // backend calls in flight (Begin/End)
+	polling  atomic.Bool  // a reader is polling
+	polled   atomic.Int64 // reads that polled
+	caught   atomic.Int64 // of those, reads whose data came while polling
+}
+
+// Stats are counts since start: reads that polled, and how many of them
+// found their data while polling (the rest went to sleep after all).
+func (p *Poller) Stats() (polled, caught int64) {
+	if p == nil {
+		return 0, 0
+	}
+	return p.polled.Load(), p.caught.Load()
+}
+
+// New returns a Poller that polls for at most budget per read, or nil
+// (never poll) when budget is not positive or Go has a single CPU: then
+// a polling reader would hold the only one.
+func New(budget time.Duration) *Poller {
+	if budget <= 0 || runtime.GOMAXPROCS(0) < 2 {
+		return nil
+	}
+	return &Poller{budget: budget}
+}
+
+// Begin marks a backend call in flight; End marks it done.
+func (p *Poller) Begin() {
+	if p != nil {
+		p.inflight.Add(1)
+	}
+}
+
+// End marks a backend call done.
+func (p *Poller) End() {
+	if p != nil {
+		p.inflight.Add(-1)
+	}
+}
+
+// Wrap returns c reading with polling when c is a TCP connection (other
+// connections are returned as they are). The connection polls only while
+// at most maxInflight backend calls are in flight: 1 for a backend
+// connection (its own call), 0 for a client connection.
+func (p *Poller) Wrap(c net.Conn, maxInflight int64) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if p == nil || !ok {
+		return c
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &conn{TCPConn: tc, p: p, raw: raw, max: maxInflight}
+}
+
+type conn struct {
+	*net.TCPConn
+	p    *Poller
+	raw  syscall.RawConn
+	max  int64
+	cold bool // the last wait outlasted the budget
+}
+
+// Read polls for data up to the budget, then waits as net.Conn does.
+// Reads of one connection come from one goroutine at a time (as with any
+// net.Conn read loop), so cold needs no lock.
+func (c *conn) Read(b []byte) (int, error) {
+	start := time.Now()
+	if c.cold || len(b) == 0 || !c.p.acquire(c.max) {
+		n, err := c.TCPConn.Read(b)
+		if c.cold && time.Since(start) < c.p.budget {
+			c.cold = false
+		}
+		return n, err
+	}
+	var n int
+	var rerr error
+	slept, caught := false, false // gave up polling; data came while polling
+	err := c.raw.Read(func(fd uintptr) bool {
+		for i := 0; ; i++ {
+			n, rerr = read(int(fd), b)
+			if rerr != syscall.EAGAIN {
+				caught = !slept
+				return true
+			}
+			if slept {
+				return false // woken by the poller but nothing there: wait again
+			}
+			if i%8 == 7 && (time.Since(start) > c.p.budget || c.p.inflight.Load() > c.max) {
+				slept = true
+				c.p.polling.Store(false)
+				return false // let the runtime park us until data arrives
+			}
+		}
+	})
+	c.p.polled.Add(1)
+	if caught {
+		c.p.caught.Add(1)
+	}
+	if !slept {
+		c.p.polling.Store(false)
+	} else if time.Since(start) > c.p.budget {
+		c.cold = true
+	}
+	if err != nil {
+		return 0, err // deadline or closed connection, from the runtime poller
+	}
+	if rerr != nil {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// acquire takes the single polling slot if no more than max backend
+// calls are in flight.
+func (p *Poller) acquire(max int64) bool {
+	return p.inflight.Load() <= max && p.polling.CompareAndSwap(false, true)
+}
+
+// read is one non-blocking read, retried when a signal interrupts it.
+func read(fd int, b []byte) (int, error) {
+	for {
+		n, err := syscall.Read(fd, b)
+		if err != syscall.EINTR {
+			if n < 0 {
+				n = 0
+			}
+			return n, err
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package busypoll
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// pair returns both ends of a loopback TCP connection; the first is
+// wrapped by p.
+func pair(t *testing.T, p *Poller, maxInflight int64) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { c.Close(); peer.Close() })
+	return p.Wrap(c, maxInflight), peer
+}
+
+func needPoller(t *testing.T, budget time.Duration) *Poller {
+	t.Helper()
+	p := New(budget)
+	if p == nil {
+		t.Skip("busy polling needs GOMAXPROCS >= 2")
+	}
+	return p
+}
+
+func readString(t *testing.T, c net.Conn) string {
+	t.Helper()
+	b := make([]byte, 64)
+	n, err := c.Read(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b[:n])
+}
+
+func TestReadCatchesDataWhilePolling(t *testing.T) {
+	p := needPoller(t, time.Second) // long enough that the data surely comes first
+	c, peer := pair(t, p, 0)
+	go func() {
+		time.Sleep(time.Millisecond)
+		peer.Write([]byte("+PONG\r\n"))
+	}()
+	if got := readString(t, c); got != "+PONG\r\n" {
+		t.Fatalf("read %q", got)
+	}
+	if polled, caught := p.Stats(); polled != 1 || caught != 1 {
+		t.Fatalf("stats: polled %d caught %d, want 1 1", polled, caught)
+	}
+	if p.polling.Load() {
+		t.Fatal("the polling slot was not given back")
+	}
+}
+
+func TestReadSleepsAfterTheBudgetAndGoesCold(t *testing.T) {
+	p := needPoller(t, 100*time.Microsecond)
+	c, peer := pair(t, p, 0)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		peer.Write([]byte("late"))
+	}()
+	if got := readString(t, c); got != "late" {
+		t.Fatalf("read %q", got)
+	}
+	if polled, caught := p.Stats(); polled != 1 || caught != 0 {
+		t.Fatalf("stats: polled %d caught %d, want 1 0", polled, caught)
+	}
+	if !c.(*conn).cold {
+		t.Fatal("a wait longer than the budget should stop polling")
+	}
+	// Cold: the next read does not poll; a quick one warms the conn up.
+	peer.Write([]byte("now"))
+	time.Sleep(10 * time.Millisecond) // already there when Read starts
+	if got := readString(t, c); got != "now" {
+		t.Fatalf("read %q", got)
+	}
+	if polled, _ := p.Stats(); polled != 1 {
+		t.Fatalf("a cold connection polled (polled %d)", polled)
+	}
+	if c.(*conn).cold {
+		t.Fatal("a short wait should resume polling")
+	}
+}
+
+func TestNoPollingWhileOtherCallsAreInFlight(t *testing.T) {
+	p := needPoller(t, time.Second)
+	c, peer := pair(t, p, 1)
+	p.Begin()
+	p.Begin() // two calls in flight: above this connection's limit of 1
+	peer.Write([]byte("x"))
+	readString(t, c)
+	if polled, _ := p.Stats(); polled != 0 {
+		t.Fatalf("polled %d times with 2 calls in flight", polled)
+	}
+	p.End()
+	peer.Write([]byte("y"))
+	readString(t, c)
+	if polled, _ := p.Stats(); polled != 1 {
+		t.Fatalf("polled %d times with 1 call in flight, want 1", polled)
+	}
+}
+
+func TestOnePollerAtATime(t *testing.T) {
+	p := needPoller(t, time.Second)
+	if !p.acquire(0) {
+		t.Fatal("could not take the free slot")
+	}
+	c, peer := pair(t, p, 0)
+	peer.Write([]byte("x"))
+	readString(t, c)
+	if polled, _ := p.Stats(); polled != 0 {
+		t.Fatal("a second reader polled while the slot was taken")
+	}
+}
+
+func TestPollingStopsWhenACallStarts(t *testing.T) {
+	p := needPoller(t, time.Hour)
+	c, peer := pair(t, p, 0)
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		p.Begin() // another request's backend call: the reader must stop polling
+		time.Sleep(20 * time.Millisecond)
+		peer.Write([]byte("x"))
+	}()
+	readString(t, c)
+	if polled, caught := p.Stats(); polled != 1 || caught != 0 {
+		t.Fatalf("stats: polled %d caught %d, want 1 0 (slept once a call started)", polled, caught)
+	}
+}
+
+func TestDeadlineAndEOF(t *testing.T) {
+	p := needPoller(t, time.Millisecond)
+	c, peer := pair(t, p, 0)
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_, err := c.Read(make([]byte, 8))
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v, want a timeout", err)
+	}
+	c.SetReadDeadline(time.Time{})
+	peer.Close()
+	if _, err := c.Read(make([]byte, 8)); err != io.EOF {
+		t.Fatalf("read after the peer closed: %v, want EOF", err)
+	}
+}
+
+func TestOffWithoutBudgetOrSecondCPU(t *testing.T) {
+	if New(0) != nil {
+		t.Error("a zero budget should turn polling off")
+	}
+	old := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(old)
+	if New(time.Millisecond) != nil {
+		t.Error("with one CPU a poller would starve everything else")
+	}
+	var p *Poller
+	p.Begin()
+	p.End()
+	c, peer := pair(t, p, 0)
+	if _, ok := c.(*net.TCPConn); !ok {
+		t.Errorf("a nil Poller wrapped the connection: %T", c)
+	}
+	peer.Write([]byte("x"))
+	readString(t, c)
+}

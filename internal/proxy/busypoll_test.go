@@ -1,0 +1,56 @@
+package proxy
+
+import (
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlproxy/rlproxy/config"
+)
+
+// busyPollStats reads the BusyPoll section of INFO.
+func busyPollStats(t *testing.T, h *harness) map[string]int64 {
+	t.Helper()
+	info, _ := h.Do(t, "INFO", "busypoll").OK().(string)
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO busypoll: %q", line)
+			}
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// Polling changes how replies are waited for, never what they say: the
+// same sequence of acquires gets the same answers with it on and off.
+func TestBusyPoll(t *testing.T) {
+	for _, budget := range []time.Duration{0, 100 * time.Microsecond, 10 * time.Millisecond} {
+		t.Run(budget.String(), func(t *testing.T) {
+			h := start(t, func(c *config.Config) { c.BusyPoll = budget })
+			h.Do(t, "RL.SETRATE", "bp", 5, "1h").Equal(int64(1))
+			for left := int64(4); left >= 0; left-- {
+				h.Do(t, "RL.ACQUIRE", "bp").Granted(left)
+			}
+			h.Do(t, "RL.ACQUIRE", "bp").Denied(0)
+
+			st := busyPollStats(t, h)
+			on := budget > 0 && runtime.GOMAXPROCS(0) >= 2
+			if on {
+				if st["busy_poll_us"] != h.cfg.BusyPoll.Microseconds() || st["busy_poll_reads"] == 0 {
+					t.Fatalf("polling on, but INFO says %v", st)
+				}
+				if st["busy_poll_caught"] > st["busy_poll_reads"] {
+					t.Fatalf("more reads caught than polled: %v", st)
+				}
+			} else if st["busy_poll_us"] != 0 || st["busy_poll_reads"] != 0 {
+				t.Fatalf("polling off, but INFO says %v", st)
+			}
+		})
+	}
+}
