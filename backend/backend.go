@@ -57,7 +57,6 @@ type Node struct {
 	// with the others queued meanwhile, in one write and one read.
 	pipe      Coalescer[evalCall, evalResult]
 	pipelined bool
-	poller    *busypoll.Poller // told of every call in flight
 }
 
 type evalCall struct {

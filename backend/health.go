@@ -117,9 +117,7 @@ func (n *Node) do(call func() error) error {
 		n.stats.errors.Add(1)
 		return &unavailableError{node: n.name, err: err}
 	}
-	n.poller.Begin()
 	err := call()
-	n.poller.End()
 	n.stats.calls.Add(1)
 	n.stats.nanos.Add(int64(time.Since(start)))
 	if err != nil {

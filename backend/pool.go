@@ -34,7 +34,7 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 			return nil, err
 		}
 		p.cluster = true
-		p.nodes = []*Node{{name: "cluster " + c.Options().Addrs[0], client: c, poller: o.Poller}}
+		p.nodes = []*Node{{name: "cluster " + c.Options().Addrs[0], client: c}}
 	case len(o.Backends) > 0:
 		for _, u := range o.Backends {
 			opt, err := redis.ParseURL(u)
@@ -43,7 +43,7 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 			}
 			applyTimeouts(opt, o)
 			c := redis.NewClient(opt)
-			n := &Node{name: opt.Addr, client: c, timeout: o.Timeout, pipelined: true, poller: o.Poller}
+			n := &Node{name: opt.Addr, client: c, timeout: o.Timeout, pipelined: true}
 			n.breaker.cooldown = o.BreakerCooldown
 			p.nodes = append(p.nodes, n)
 		}
@@ -55,7 +55,7 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 		p.embedded = e
 		opt := &redis.Options{Addr: e.Addr()}
 		applyTimeouts(opt, o)
-		p.nodes = []*Node{{name: "embedded " + e.Addr(), client: redis.NewClient(opt), poller: o.Poller}}
+		p.nodes = []*Node{{name: "embedded " + e.Addr(), client: redis.NewClient(opt)}}
 		log.Info("no backend configured: using the embedded in-memory backend (state is lost on exit; use --backend redis://host:port for real use)")
 	}
 	// A node that is down now may come up later: loading scripts is an

@@ -36,7 +36,7 @@ func (l guardListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A client connection polls only while no backend call is in flight.
+	// A client connection polls only while no request is in progress.
 	return &guardedConn{Conn: l.poller.Wrap(c, 0)}, nil
 }
 

@@ -196,6 +196,8 @@ func (s *Server) connectedClients() int {
 // backend calls instead of paying one round trip each.
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	c := conn.Context().(*client)
+	s.opts.Poller.Begin()
+	defer s.opts.Poller.End()
 	cmds := append([]redcon.Command{cmd}, conn.ReadPipeline()...)
 	calls := make([][]string, len(cmds))
 	for i, cmd := range cmds {

@@ -7,8 +7,10 @@
 // as the round trip itself. A reader that polls the socket for the few
 // microseconds until the reply lands skips that wake-up. Polling burns CPU,
 // so it is kept to where it is free: one reader polls at a time, only while
-// the process has no other backend call in flight, only with a second CPU
-// to spare, and never for longer than the budget. A connection whose last
+// the process serves no other request and has served one at a time for a
+// while (under load, moments of idleness come and go, and a poller would
+// take the CPU the next requests need), only with a second CPU to spare,
+// and never for longer than the budget. A connection whose last
 // wait outlasted the budget (an idle client, a distant server) stops
 // polling until a wait is short again.
 package busypoll
@@ -26,11 +28,12 @@ import (
 // Poller shares the polling budget of one process. The zero value and a
 // nil *Poller never poll.
 type Poller struct {
-	budget   time.Duration
-	inflight atomic.Int64 // backend calls in flight (Begin/End)
-	polling  atomic.Bool  // a reader is polling
-	polled   atomic.Int64 // reads that polled
-	caught   atomic.Int64 // of those, reads whose data came while polling
+	budget     time.Duration
+	inProgress atomic.Int64 // requests in progress (Begin/End)
+	busyUntil  atomic.Int64 // no polling before this (nanoseconds since start): requests overlapped
+	polling    atomic.Bool  // a reader is polling
+	polled     atomic.Int64 // reads that polled
+	caught     atomic.Int64 // of those, reads whose data came while polling
 }
 
 // Stats are counts since start: reads that polled, and how many of them
@@ -52,25 +55,32 @@ func New(budget time.Duration) *Poller {
 	return &Poller{budget: budget}
 }
 
-// Begin marks a backend call in flight; End marks it done.
+// quietFor is how many budgets polling stays off after requests overlap.
+const quietFor = 100
+
+// start is the origin of busyUntil's clock (monotonic).
+var start = time.Now()
+
+// Begin marks a request in progress: from the moment its command is read
+// to the moment its reply is written.
 func (p *Poller) Begin() {
-	if p != nil {
-		p.inflight.Add(1)
+	if p != nil && p.inProgress.Add(1) > 1 {
+		p.busyUntil.Store(int64(time.Since(start) + quietFor*p.budget))
 	}
 }
 
-// End marks a backend call done.
+// End marks a request done.
 func (p *Poller) End() {
 	if p != nil {
-		p.inflight.Add(-1)
+		p.inProgress.Add(-1)
 	}
 }
 
 // Wrap returns c reading with polling when c is a TCP connection (other
 // connections are returned as they are). The connection polls only while
-// at most maxInflight backend calls are in flight: 1 for a backend
-// connection (its own call), 0 for a client connection.
-func (p *Poller) Wrap(c net.Conn, maxInflight int64) net.Conn {
+// at most maxInProgress requests are in progress: 1 for a backend
+// connection (the request it serves), 0 for a client connection.
+func (p *Poller) Wrap(c net.Conn, maxInProgress int64) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if p == nil || !ok {
 		return c
@@ -79,7 +89,7 @@ func (p *Poller) Wrap(c net.Conn, maxInflight int64) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &conn{TCPConn: tc, p: p, raw: raw, max: maxInflight}
+	return &conn{TCPConn: tc, p: p, raw: raw, max: maxInProgress}
 }
 
 type conn struct {
@@ -94,10 +104,10 @@ type conn struct {
 // Reads of one connection come from one goroutine at a time (as with any
 // net.Conn read loop), so cold needs no lock.
 func (c *conn) Read(b []byte) (int, error) {
-	start := time.Now()
+	begin := time.Now()
 	if c.cold || len(b) == 0 || !c.p.acquire(c.max) {
 		n, err := c.TCPConn.Read(b)
-		if c.cold && time.Since(start) < c.p.budget {
+		if c.cold && time.Since(begin) < c.p.budget {
 			c.cold = false
 		}
 		return n, err
@@ -115,7 +125,7 @@ func (c *conn) Read(b []byte) (int, error) {
 			if slept {
 				return false // woken by the poller but nothing there: wait again
 			}
-			if i%8 == 7 && (time.Since(start) > c.p.budget || c.p.inflight.Load() > c.max) {
+			if i%8 == 7 && (time.Since(begin) > c.p.budget || c.p.inProgress.Load() > c.max) {
 				slept = true
 				c.p.polling.Store(false)
 				return false // let the runtime park us until data arrives
@@ -128,7 +138,7 @@ func (c *conn) Read(b []byte) (int, error) {
 	}
 	if !slept {
 		c.p.polling.Store(false)
-	} else if time.Since(start) > c.p.budget {
+	} else if time.Since(begin) > c.p.budget {
 		c.cold = true
 	}
 	if err != nil {
@@ -143,10 +153,11 @@ func (c *conn) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// acquire takes the single polling slot if no more than max backend
-// calls are in flight.
+// acquire takes the single polling slot if no more than max requests
+// are in progress.
 func (p *Poller) acquire(max int64) bool {
-	return p.inflight.Load() <= max && p.polling.CompareAndSwap(false, true)
+	return p.inProgress.Load() <= max && int64(time.Since(start)) >= p.busyUntil.Load() &&
+		p.polling.CompareAndSwap(false, true)
 }
 
 // read is one non-blocking read, retried when a signal interrupts it.

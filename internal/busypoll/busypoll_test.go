@@ -12,7 +12,7 @@ import (
 
 // pair returns both ends of a loopback TCP connection; the first is
 // wrapped by p.
-func pair(t *testing.T, p *Poller, maxInflight int64) (net.Conn, net.Conn) {
+func pair(t *testing.T, p *Poller, maxInProgress int64) (net.Conn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -37,7 +37,7 @@ func pair(t *testing.T, p *Poller, maxInflight int64) (net.Conn, net.Conn) {
 		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { c.Close(); peer.Close() })
-	return p.Wrap(c, maxInflight), peer
+	return p.Wrap(c, maxInProgress), peer
 }
 
 func needPoller(t *testing.T, budget time.Duration) *Poller {
@@ -107,21 +107,30 @@ func TestReadSleepsAfterTheBudgetAndGoesCold(t *testing.T) {
 	}
 }
 
-func TestNoPollingWhileOtherCallsAreInFlight(t *testing.T) {
-	p := needPoller(t, time.Second)
+func TestNoPollingWhileRequestsOverlap(t *testing.T) {
+	p := needPoller(t, time.Millisecond)
 	c, peer := pair(t, p, 1)
-	p.Begin()
-	p.Begin() // two calls in flight: above this connection's limit of 1
-	peer.Write([]byte("x"))
-	readString(t, c)
-	if polled, _ := p.Stats(); polled != 0 {
-		t.Fatalf("polled %d times with 2 calls in flight", polled)
+	polls := func() int64 {
+		peer.Write([]byte("x"))
+		readString(t, c)
+		polled, _ := p.Stats()
+		return polled
+	}
+	p.Begin() // the request this (backend) connection serves
+	if polls() != 1 {
+		t.Fatal("no polling with one request in progress")
+	}
+	p.Begin() // a second one: above this connection's limit of 1
+	if polls() != 1 {
+		t.Fatal("polled with two requests in progress")
 	}
 	p.End()
-	peer.Write([]byte("y"))
-	readString(t, c)
-	if polled, _ := p.Stats(); polled != 1 {
-		t.Fatalf("polled %d times with 1 call in flight, want 1", polled)
+	if polls() != 1 {
+		t.Fatal("polled right after requests overlapped")
+	}
+	time.Sleep(quietFor*time.Millisecond + 20*time.Millisecond)
+	if polls() != 2 {
+		t.Fatal("no polling once requests had stopped overlapping for a while")
 	}
 }
 
@@ -143,7 +152,7 @@ func TestPollingStopsWhenACallStarts(t *testing.T) {
 	c, peer := pair(t, p, 0)
 	go func() {
 		time.Sleep(5 * time.Millisecond)
-		p.Begin() // another request's backend call: the reader must stop polling
+		p.Begin() // another request: the reader must stop polling
 		time.Sleep(20 * time.Millisecond)
 		peer.Write([]byte("x"))
 	}()
