@@ -107,8 +107,8 @@ func (h *handlers) acquire(ctx context.Context, c Caller, args []string) (any, e
 // replies after it, as a blocking command does.
 func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string) []any {
 	replies := make([]any, len(calls))
-	var now []sharding.Request
-	var at []int // the call index of each request in now
+	now := make([]sharding.Request, 0, len(calls))
+	at := make([]int, 0, len(calls)) // the call index of each request in now
 	flush := func() {
 		if len(now) == 0 {
 			return

@@ -75,8 +75,7 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 	type first struct {
 		i     int
 		e     *entry
-		route route
-		sent  time.Time
+		shard int
 	}
 	firsts := make([]first, 0, len(reqs))
 	calls := make([]backend.Call[limiter.Ask, answer], 0, len(reqs))
@@ -103,11 +102,12 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 			rest = append(rest, i) // the full path walks past dead shards
 			continue
 		}
-		firsts = append(firsts, first{i: i, e: e, route: rt, sent: time.Now()})
+		firsts = append(firsts, first{i: i, e: e, shard: shard})
 		calls = append(calls, backend.Call[limiter.Ask, answer]{
 			Key: rt.batchKey, Item: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, Run: rt.run,
 		})
 	}
+	sent := time.Now() // before any of the calls: a cached denial never outlives the real one
 	for j, o := range l.batches.DoAll(calls) {
 		f := firsts[j]
 		r := reqs[f.i]
@@ -116,17 +116,17 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 		case o.Err != nil, a.status != limiter.StatusOK, a.OverCapacity:
 			rest = append(rest, f.i) // errors, changes: the full path sorts them out
 		case a.Granted:
-			out[f.i] = Outcome{Result: a.Result, shard: f.route.shard}
+			out[f.i] = Outcome{Result: a.Result, shard: f.shard}
 			if ctx.Err() != nil {
-				l.giveBack(f.e, r, f.route.shard) //nolint:errcheck // best effort for a gone client
+				l.giveBack(f.e, r, f.shard) //nolint:errcheck // best effort for a gone client
 			}
 			l.count(out[f.i])
 		case f.e.Shards > 1 && l.opts.MaxProbes > 0:
 			rest = append(rest, f.i) // other shards may have permits
 		default:
 			if l.opts.DenyCache && r.MaxWait == 0 {
-				k := subKey{shard: f.route.shard, epoch: f.e.Epoch, client: clientKey(&f.e.Stored, r.Client)}
-				l.denials.add(r.Name, k, r.Permits, f.sent, a.Result)
+				k := subKey{shard: f.shard, epoch: f.e.Epoch, client: clientKey(&f.e.Stored, r.Client)}
+				l.denials.add(r.Name, k, r.Permits, sent, a.Result)
 			}
 			out[f.i] = Outcome{Result: a.Result}
 			l.count(out[f.i])
