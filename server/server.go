@@ -115,7 +115,9 @@ type client struct {
 	proto   int    // 2 or 3
 	authed  bool
 	quit    bool
-	buf     []byte
+	buf     []byte           // replies of the pipeline being answered
+	cmds    []redcon.Command // the pipeline being answered, reused
+	calls   [][]string       // its arguments, reused
 	ctx     context.Context
 	cancel  context.CancelFunc
 	conn    net.Conn
@@ -198,11 +200,16 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	c := conn.Context().(*client)
 	s.opts.Poller.Begin()
 	defer s.opts.Poller.End()
-	cmds := append([]redcon.Command{cmd}, conn.ReadPipeline()...)
-	calls := make([][]string, len(cmds))
-	for i, cmd := range cmds {
-		calls[i] = argStrings(cmd.Args)
+	c.cmds = append(append(c.cmds[:0], cmd), conn.ReadPipeline()...)
+	calls := c.calls[:0]
+	for _, cmd := range c.cmds {
+		calls = append(calls, argStrings(cmd.Args))
 	}
+	c.calls = calls
+	defer func() {
+		clear(c.cmds) // no reference into redcon's buffer outlives the call
+		clear(c.calls)
+	}()
 	c.buf = c.buf[:0]
 	for i := 0; i < len(calls) && !c.quit; {
 		j := i + 1
