@@ -13,6 +13,8 @@ import (
 type breaker struct {
 	cooldown time.Duration
 
+	open atomic.Bool // openUntil is set: lets the common, closed case skip the lock and the clock
+
 	mu        sync.Mutex
 	openUntil time.Time // zero when closed
 	lastErr   error
@@ -22,7 +24,7 @@ type breaker struct {
 // allow reports whether a call may go to the node now. While open, one
 // call per cooldown is let through as a probe.
 func (b *breaker) allow(now time.Time) error {
-	if b.cooldown <= 0 {
+	if b.cooldown <= 0 || !b.open.Load() {
 		return nil
 	}
 	b.mu.Lock()
@@ -48,9 +50,11 @@ func (b *breaker) record(now time.Time, err error) {
 	defer b.mu.Unlock()
 	if err == nil {
 		b.openUntil, b.lastErr = time.Time{}, nil
+		b.open.Store(false)
 		return
 	}
 	b.openUntil, b.lastErr = now.Add(b.cooldown), err
+	b.open.Store(true)
 	b.failures++
 }
 
@@ -65,6 +69,9 @@ func (b *breaker) failed() (uint64, error) {
 // cooling returns the error that opened the breaker while its cooldown
 // is not over (a call now would fail at once), else nil.
 func (b *breaker) cooling(now time.Time) error {
+	if !b.open.Load() {
+		return nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.openUntil.IsZero() || !now.Before(b.openUntil) {
@@ -73,11 +80,7 @@ func (b *breaker) cooling(now time.Time) error {
 	return circuitOpen{b.lastErr}
 }
 
-func (b *breaker) isOpen() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return !b.openUntil.IsZero()
-}
+func (b *breaker) isOpen() bool { return b.open.Load() }
 
 // Stats are a node's counters, for INFO.
 type Stats struct {
@@ -95,6 +98,9 @@ type counters struct {
 // breaker is open and cooling down (nil otherwise), so routing can go
 // elsewhere without a call.
 func (n *Node) Down() error {
+	if !n.breaker.open.Load() {
+		return nil
+	}
 	if err := n.breaker.cooling(time.Now()); err != nil {
 		return &unavailableError{node: n.name, err: err}
 	}
