@@ -18,13 +18,24 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/proxy"
 )
 
+// gcPercent is rlproxy's default GOGC. Its live heap is small (tens of
+// MB) while it allocates on every request, so collecting after the heap
+// grows 4× instead of 2× costs little memory and, measured under a
+// pipelined hot load, gives back about 15% of its CPU. GOGC in the
+// environment still wins.
+const gcPercent = 400
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
