@@ -104,10 +104,13 @@ type conn struct {
 // Reads of one connection come from one goroutine at a time (as with any
 // net.Conn read loop), so cold needs no lock.
 func (c *conn) Read(b []byte) (int, error) {
+	if len(b) == 0 || (!c.cold && !c.p.acquire(c.max)) {
+		return c.TCPConn.Read(b) // under load: not even a clock read
+	}
 	begin := time.Now()
-	if c.cold || len(b) == 0 || !c.p.acquire(c.max) {
+	if c.cold {
 		n, err := c.TCPConn.Read(b)
-		if c.cold && time.Since(begin) < c.p.budget {
+		if time.Since(begin) < c.p.budget {
 			c.cold = false
 		}
 		return n, err
