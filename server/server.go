@@ -35,8 +35,9 @@ type Options struct {
 	Log *slog.Logger
 	// Info adds sections to INFO (e.g. backends, limiters).
 	Info []InfoSection
-	// Poller, when set, lets client connections poll for the next request
-	// before sleeping (see package busypoll).
+	// Poller, when set, is told of every request in progress and lets
+	// client connections poll for the next request before sleeping (see
+	// package busypoll).
 	Poller *busypoll.Poller
 }
 
