@@ -30,7 +30,8 @@ import (
 type Poller struct {
 	budget     time.Duration
 	inProgress atomic.Int64 // requests in progress (Begin/End)
-	busyUntil  atomic.Int64 // no polling before this (nanoseconds since start): requests overlapped
+	overlapped atomic.Bool  // requests overlapped since a reader last looked
+	busyUntil  atomic.Int64 // no polling before this (nanoseconds since start)
 	polling    atomic.Bool  // a reader is polling
 	polled     atomic.Int64 // reads that polled
 	caught     atomic.Int64 // of those, reads whose data came while polling
@@ -55,7 +56,7 @@ func New(budget time.Duration) *Poller {
 	return &Poller{budget: budget}
 }
 
-// quietFor is how many budgets polling stays off after requests overlap.
+// quietFor is how many budgets polling stays off once requests overlapped.
 const quietFor = 100
 
 // start is the origin of busyUntil's clock (monotonic).
@@ -64,8 +65,10 @@ var start = time.Now()
 // Begin marks a request in progress: from the moment its command is read
 // to the moment its reply is written.
 func (p *Poller) Begin() {
-	if p != nil && p.inProgress.Add(1) > 1 {
-		p.busyUntil.Store(int64(time.Since(start) + quietFor*p.budget))
+	// Under load this runs for every request: no clock read here, and the
+	// flag is written only when it changes.
+	if p != nil && p.inProgress.Add(1) > 1 && !p.overlapped.Load() {
+		p.overlapped.Store(true)
 	}
 }
 
@@ -157,10 +160,17 @@ func (c *conn) Read(b []byte) (int, error) {
 }
 
 // acquire takes the single polling slot if no more than max requests
-// are in progress.
+// are in progress and none overlapped in the last quietFor budgets.
 func (p *Poller) acquire(max int64) bool {
-	return p.inProgress.Load() <= max && int64(time.Since(start)) >= p.busyUntil.Load() &&
-		p.polling.CompareAndSwap(false, true)
+	if p.inProgress.Load() > max {
+		return false
+	}
+	now := int64(time.Since(start))
+	if p.overlapped.Swap(false) {
+		p.busyUntil.Store(now + int64(quietFor*p.budget))
+		return false
+	}
+	return now >= p.busyUntil.Load() && p.polling.CompareAndSwap(false, true)
 }
 
 // read is one non-blocking read, retried when a signal interrupts it.
