@@ -28,7 +28,7 @@ import (
 // gcPercent is rlproxy's default GOGC. Its live heap is small (tens of
 // MB) while it allocates on every request, so collecting after the heap
 // grows 4× instead of 2× costs little memory and, measured under a
-// pipelined hot load, gives back about 15% of its CPU. GOGC in the
+// pipelined hot load, gives back about 13% of its CPU. GOGC in the
 // environment still wins.
 const gcPercent = 400
 
