@@ -10,7 +10,9 @@
 // the process serves no other request and has served one at a time for a
 // while (under load, moments of idleness come and go, and a poller would
 // take the CPU the next requests need), only with a second CPU to spare,
-// and never for longer than the budget. A connection whose last
+// and never for longer than the budget. Between reads the poller yields
+// its CPU: the process it waits for (Redis, the client) is often woken on
+// that very CPU, and must run at once, not after the budget. A connection whose last
 // wait outlasted the budget (an idle client, a distant server) stops
 // polling until a wait is short again.
 package busypoll
@@ -131,6 +133,7 @@ func (c *conn) Read(b []byte) (int, error) {
 			if slept {
 				return false // woken by the poller but nothing there: wait again
 			}
+			yield()
 			if i%8 == 7 && (time.Since(begin) > c.p.budget || c.p.inProgress.Load() > c.max) {
 				slept = true
 				c.p.polling.Store(false)
