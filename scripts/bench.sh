@@ -51,7 +51,9 @@ done
 free_port() {
 	local port
 	for _ in $(seq 100); do
-		port=$((20000 + RANDOM % 40000))
+		# Below Linux's ephemeral range (32768+), where a client
+		# connection's local port could make a listener fail to bind.
+		port=$((20000 + RANDOM % 12000))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "$port"
 			return
