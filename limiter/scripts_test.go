@@ -1099,3 +1099,47 @@ func TestRunDecidesLikeSeparateCalls(t *testing.T) {
 		})
 	}
 }
+
+// A denial or a peek changes nothing in a bucket: its state is not
+// written again (a write with a TTL is most of such a call's cost in
+// Redis), unless the key's TTL has come to fall short of "until full" —
+// then it is written, so the state cannot expire early.
+func TestBucketsDoNotRewriteUnchangedState(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	for _, c := range []limiter.Config{tokenBucket(2, time.Hour, 2), leakyBucket(2, time.Hour, 2)} {
+		t.Run(string(c.Algo), func(t *testing.T) {
+			t.Parallel()
+			l := r.create(t, "unchanged-"+string(c.Algo), c)
+			state := l.state()[0]
+			get := func() string {
+				v, err := r.rdb.Get(t.Context(), state).Result()
+				if err != nil {
+					t.Fatalf("GET %s: %v", state, err)
+				}
+				return v
+			}
+			l.takes(2) // the leaky bucket grants the first, then denies
+			before := get()
+			time.Sleep(5 * time.Millisecond) // a rewrite would store a later time
+			if res := l.take(1); res.Granted {
+				t.Fatalf("take past the burst: %+v, want denied", res)
+			}
+			l.peek()
+			if after := get(); after != before {
+				t.Errorf("state %q rewritten as %q by a denial and a peek", before, after)
+			}
+
+			// A TTL shorter than the time until full (as after a rate
+			// change kept the state) is put right by the next call.
+			full := r.pttl(t, state) // until full: half an hour per permit held
+			if err := r.rdb.PExpire(t.Context(), state, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			l.take(1)
+			if got := r.pttl(t, state); got < full-1000 {
+				t.Errorf("state PTTL %d ms after a denial, want the time until full (%d ms) back", got, full)
+			}
+		})
+	}
+}

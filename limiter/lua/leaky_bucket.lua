@@ -24,10 +24,11 @@
 --          with KEEPSTATE carry them over to the new rate.
 local capacity = burst
 local per_permit = interval / rate -- T, microseconds
-local queued, ts
+local queued, ts, loaded
 
 local function load()
   queued, ts = drained(KEYS[2], per_permit)
+  loaded = queued
 end
 
 local function empty()
@@ -59,7 +60,14 @@ end
 local function save()
   if empty() then
     redis.call('DEL', KEYS[2])
-  else
-    keep(KEYS[2], num(queued) .. ':' .. num(ts), queued * per_permit)
+    return
   end
+  local until_empty = queued * per_permit
+  -- Nothing granted or given back, and the TTL still lasts until the
+  -- bucket is empty: the stored state is exact, so it is not written
+  -- (see token_bucket.lua).
+  if queued == loaded and lasts(KEYS[2], until_empty) then
+    return
+  end
+  keep(KEYS[2], num(queued) .. ':' .. num(ts), until_empty)
 end

@@ -62,6 +62,14 @@ local function keep(key, value, us)
   end
 end
 
+-- Whether key's TTL still runs until us microseconds from now, as the
+-- write that stored it set it (to the millisecond): a call that changed
+-- nothing need not write its state again. PTTL counts from Redis's own
+-- millisecond clock, hence the rounding.
+local function lasts(key, us)
+  return redis.call('PTTL', key) >= math.ceil((now + us) / 1000 - EPS) - math.floor(now / 1000) - 1
+end
+
 -- Reads a "level:ts" state (permits held at time ts, in microseconds) and
 -- drains it at one permit per per_permit microseconds up to now. The
 -- clock may step back after a failover; time never runs backwards here.

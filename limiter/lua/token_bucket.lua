@@ -6,10 +6,11 @@
 --          KEEPSTATE carry the used permits over to the new rate.
 local capacity = burst
 local per_permit = interval / rate -- microseconds to refill one permit
-local level, ts
+local level, ts, loaded
 
 local function load()
   level, ts = drained(KEYS[2], per_permit)
+  loaded = level
 end
 
 local function available()
@@ -47,7 +48,15 @@ end
 local function save()
   if level <= EPS then
     redis.call('DEL', KEYS[2])
-  else
-    keep(KEYS[2], num(level) .. ':' .. num(ts), level * per_permit)
+    return
   end
+  local until_full = level * per_permit
+  -- Nothing granted or given back (a denial, a peek) and the key's TTL
+  -- still lasts until the bucket is full: the stored state drains to the
+  -- same level, so it is not written (reading the TTL costs Redis a
+  -- fraction of a write).
+  if level == loaded and lasts(KEYS[2], until_full) then
+    return
+  end
+  keep(KEYS[2], num(level) .. ':' .. num(ts), until_full)
 end
