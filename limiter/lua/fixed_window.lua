@@ -16,6 +16,7 @@
 -- already used is never opened again.
 local capacity = rate
 local start, count
+local stored -- the state as read, when it is this window's: "start:count"
 
 -- The window that holds now.
 local function window_of(t)
@@ -34,6 +35,7 @@ local function load()
       s = window_of(s)
       if s >= start then
         start, count = s, c
+        stored = v
       end
     end
   end
@@ -75,5 +77,11 @@ local function give(n)
 end
 
 local function save()
-  keep(KEYS[2], num(start) .. ':' .. num(count), until_reset())
+  local v = num(start) .. ':' .. num(count)
+  -- Unchanged (a denial, a peek) with its TTL still running to the
+  -- window's end: nothing to write (see token_bucket.lua).
+  if v == stored and lasts(KEYS[2], until_reset()) then
+    return
+  end
+  keep(KEYS[2], v, until_reset())
 end

@@ -15,6 +15,7 @@
 -- The estimate cannot book permits ahead, so wait_us is ignored.
 local capacity = rate
 local start, prev, cur
+local stored -- the state as read, when it is this window's: "start:prev:cur"
 
 local function window_of(t)
   return t - math.fmod(t, interval) -- fmod is exact on integers
@@ -34,6 +35,7 @@ local function load()
   end
   if s == start then
     prev, cur = p, c
+    stored = v
   elseif s == start - interval then
     prev = c
   end
@@ -102,6 +104,11 @@ local function save()
   if ttl <= 0 then
     redis.call('DEL', KEYS[2])
   else
-    keep(KEYS[2], num(start) .. ':' .. num(prev) .. ':' .. num(cur), ttl)
+    local v = num(start) .. ':' .. num(prev) .. ':' .. num(cur)
+    -- Unchanged (a denial, a peek) with its TTL still running: nothing to
+    -- write (see token_bucket.lua).
+    if v ~= stored or not lasts(KEYS[2], ttl) then
+      keep(KEYS[2], v, ttl)
+    end
   end
 end
