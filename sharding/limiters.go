@@ -160,6 +160,15 @@ func (l *Limiters) SetRate(ctx context.Context, name string, c limiter.Config, o
 			return changed, err
 		}
 	}
+	if o.KeepState && changed && c.Mode == limiter.Overall {
+		// The state carried over has a TTL set under the old rate; at a
+		// slower one it would expire before it drains, and the limiter
+		// would come back full early. A peek on each shard puts the TTLs
+		// right. (A PER_CLIENT state is put right by its client's next call.)
+		if _, err := l.Available(ctx, Request{Name: name}); err != nil {
+			return changed, err
+		}
+	}
 	return changed, nil
 }
 

@@ -277,6 +277,19 @@ func TestKeepState(t *testing.T) {
 		}
 	}
 
+	// At a slower rate the permits carried over take longer to come back:
+	// the state must outlive the TTL it was given under the old rate.
+	t.Run("token-bucket/KEEPSTATE slower", func(t *testing.T) {
+		t.Parallel()
+		h.Do(t, "RL.SETRATE", "keep:slower", 10, "1s").Equal(int64(1))
+		h.Do(t, "RL.ACQUIRE", "keep:slower", 10).Granted(0) // state TTL: 1 s
+		h.Do(t, "RL.SETRATE", "keep:slower", 10, "10s", "KEEPSTATE").Equal(int64(1))
+		time.Sleep(1200 * time.Millisecond)
+		if got := h.Do(t, "RL.AVAILABLE", "keep:slower").Int(); got > 2 {
+			t.Errorf("RL.AVAILABLE = %d 1.2 s after slowing to 1 permit/s, want 1 (the state expired at the old rate's TTL)", got)
+		}
+	})
+
 	// A leaky bucket keeps the permits queued in it: still draining, at the
 	// new rate (6 permits at 20 per minute: 18 s), or fresh and empty.
 	for _, keep := range []bool{true, false} {
