@@ -1133,12 +1133,18 @@ func TestUnchangedStateIsNotRewritten(t *testing.T) {
 			state := l.state()[0]
 			l.takes(2) // the leaky bucket grants the first only
 			before := sets(t)
-			if res := l.take(1); res.Granted {
-				t.Fatalf("take past the limit: %+v, want denied", res)
+			for range 10 {
+				if res := l.take(1); res.Granted {
+					t.Fatalf("take past the limit: %+v, want denied", res)
+				}
+				l.peek()
 			}
-			l.peek()
-			if n := sets(t) - before; n != 0 {
-				t.Errorf("a denial and a peek wrote the state %d times, want 0", n)
+			// At most one write: PTTL counts from Redis's millisecond
+			// clock, which may lag the script's TIME by one millisecond
+			// at the write; the check then fails once, and the rewrite
+			// sets the TTL afresh.
+			if n := sets(t) - before; n > 1 {
+				t.Errorf("10 denials and 10 peeks wrote the state %d times, want at most 1", n)
 			}
 
 			// A TTL shorter than the state's (as after a rate change that
