@@ -77,11 +77,5 @@ local function give(n)
 end
 
 local function save()
-  local v = num(start) .. ':' .. num(count)
-  -- Unchanged (a denial, a peek) with its TTL still running to the
-  -- window's end: nothing to write (see token_bucket.lua).
-  if v == stored and lasts(KEYS[2], until_reset()) then
-    return
-  end
-  keep(KEYS[2], v, until_reset())
+  keep(KEYS[2], num(start) .. ':' .. num(count), until_reset(), stored)
 end

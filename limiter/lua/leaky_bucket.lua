@@ -58,16 +58,5 @@ local function give(n)
 end
 
 local function save()
-  if empty() then
-    redis.call('DEL', KEYS[2])
-    return
-  end
-  local until_empty = queued * per_permit
-  -- Nothing granted or given back, and the TTL still lasts until the
-  -- bucket is empty: the stored state is exact, so it is not written
-  -- (see token_bucket.lua).
-  if queued == loaded and lasts(KEYS[2], until_empty) then
-    return
-  end
-  keep(KEYS[2], num(queued) .. ':' .. num(ts), until_empty)
+  keep_drained(KEYS[2], queued, loaded, ts, per_permit)
 end

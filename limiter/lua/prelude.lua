@@ -52,22 +52,25 @@ local function ms(us)
   return math.ceil(us / 1000 - EPS)
 end
 
--- Sets key to value with a TTL of us microseconds (at least 1 ms), or
--- deletes it when nothing needs remembering.
-local function keep(key, value, us)
-  if us <= 0 then
-    redis.call('DEL', key)
-  else
-    redis.call('SET', key, value, 'PX', math.max(1, ms(us)))
-  end
-end
-
 -- Whether key's TTL still runs until us microseconds from now, as the
 -- write that stored it set it (to the millisecond): a call that changed
 -- nothing need not write its state again. PTTL counts from Redis's own
 -- millisecond clock, hence the rounding.
 local function lasts(key, us)
   return redis.call('PTTL', key) >= math.ceil((now + us) / 1000 - EPS) - math.floor(now / 1000) - 1
+end
+
+-- Sets key to value with a TTL of us microseconds (at least 1 ms), or
+-- deletes it when nothing needs remembering. stored (optional) is the
+-- value as read: when the call changed nothing (a denial, a peek) and the
+-- TTL still runs, nothing is written — a write with a TTL is most of such
+-- a call's cost in Redis.
+local function keep(key, value, us, stored)
+  if us <= 0 then
+    redis.call('DEL', key)
+  elseif value ~= stored or not lasts(key, us) then
+    redis.call('SET', key, value, 'PX', math.max(1, ms(us)))
+  end
 end
 
 -- Reads a "level:ts" state (permits held at time ts, in microseconds) and
@@ -94,4 +97,16 @@ local try_run
 -- Floats are stored with 17 significant digits so they read back exactly.
 local function num(x)
   return string.format('%.17g', x)
+end
+
+-- Writes back a "level:ts" state read by drained() (loaded is the level
+-- it returned), as keep() does: a level the call did not change is not
+-- formatted and written again (it drains to the same level).
+local function keep_drained(key, level, loaded, ts, per_permit)
+  local us = level * per_permit
+  if level <= EPS then
+    redis.call('DEL', key)
+  elseif level ~= loaded or not lasts(key, us) then
+    keep(key, num(level) .. ':' .. num(ts), us)
+  end
 end

@@ -104,11 +104,6 @@ local function save()
   if ttl <= 0 then
     redis.call('DEL', KEYS[2])
   else
-    local v = num(start) .. ':' .. num(prev) .. ':' .. num(cur)
-    -- Unchanged (a denial, a peek) with its TTL still running: nothing to
-    -- write (see token_bucket.lua).
-    if v ~= stored or not lasts(KEYS[2], ttl) then
-      keep(KEYS[2], v, ttl)
-    end
+    keep(KEYS[2], num(start) .. ':' .. num(prev) .. ':' .. num(cur), ttl, stored)
   end
 end

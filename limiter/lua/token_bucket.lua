@@ -46,17 +46,5 @@ local function give(n)
 end
 
 local function save()
-  if level <= EPS then
-    redis.call('DEL', KEYS[2])
-    return
-  end
-  local until_full = level * per_permit
-  -- Nothing granted or given back (a denial, a peek) and the key's TTL
-  -- still lasts until the bucket is full: the stored state drains to the
-  -- same level, so it is not written (reading the TTL costs Redis a
-  -- fraction of a write).
-  if level == loaded and lasts(KEYS[2], until_full) then
-    return
-  end
-  keep(KEYS[2], num(level) .. ':' .. num(ts), until_full)
+  keep_drained(KEYS[2], level, loaded, ts, per_permit)
 end
