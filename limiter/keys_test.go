@@ -5,55 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rlproxy/rlproxy/internal/redistest"
 	"github.com/rlproxy/rlproxy/limiter"
 )
-
-// crc16 is CRC-16/XMODEM, the checksum Redis Cluster hashes keys with.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// hashTag is the part of key Redis Cluster hashes: what lies between the
-// first '{' and the first '}' after it, when that is not empty; else the
-// whole key.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
-}
-
-func keySlot(key string) int { return int(crc16(hashTag(key)) % 16384) }
-
-func TestKeySlotHelper(t *testing.T) {
-	// Answers of CLUSTER KEYSLOT on redis-server 7.0 (the first two are in
-	// the Redis documentation).
-	for key, want := range map[string]int{
-		"somekey":       11058,
-		"foo{hash_tag}": 2515,
-		"123456789":     12739,
-		"foo":           12182,
-		"{a%7Db:0}:c":   6947,
-		"":              0,
-	} {
-		if got := keySlot(key); got != want {
-			t.Errorf("keySlot(%q) = %d, want %d", key, got, want)
-		}
-	}
-}
 
 // Names that could break a hash tag or collide once escaped.
 var trickyNames = []string{
@@ -69,7 +23,7 @@ func TestKeysShareOneHashTag(t *testing.T) {
 		for _, name := range trickyNames {
 			for _, shard := range []int{0, 1, 17} {
 				conf := k.Config(name, shard)
-				tag := hashTag(conf)
+				tag := redistest.HashTag(conf)
 				if !strings.HasPrefix(conf, prefix+"{") {
 					t.Errorf("Config(%q, %d) = %q: want the prefix %q, then the hash tag", name, shard, conf, prefix)
 				}
@@ -83,10 +37,10 @@ func TestKeysShareOneHashTag(t *testing.T) {
 							t.Fatalf("Script(%s, %q, %d) = %q: want the config key, then state keys", algo, name, shard, keys)
 						}
 						for _, key := range keys {
-							if got := hashTag(key); got != tag {
+							if got := redistest.HashTag(key); got != tag {
 								t.Errorf("Script(%s, %q, %d, client %q): key %q has hash tag %q, want %q", algo, name, shard, client, key, got, tag)
 							}
-							if keySlot(key) != keySlot(conf) {
+							if redistest.KeySlot(key) != redistest.KeySlot(conf) {
 								t.Errorf("key %q is not in the slot of %q", key, conf)
 							}
 						}
@@ -103,7 +57,7 @@ func TestKeysNeverCollide(t *testing.T) {
 	for _, name := range trickyNames {
 		for _, shard := range []int{0, 1, 2, 10, 11, 12} {
 			who := strconv.Quote(name) + " shard " + strconv.Itoa(shard)
-			tag := hashTag(k.Config(name, shard))
+			tag := redistest.HashTag(k.Config(name, shard))
 			if other, dup := seen[tag]; dup {
 				t.Errorf("%s and %s share the hash tag %q", who, other, tag)
 			}
@@ -136,7 +90,7 @@ func TestShardsSpreadOverSlots(t *testing.T) {
 	slots := map[int]bool{}
 	const shards = 64
 	for shard := range shards {
-		slots[keySlot(k.Config("api", shard))] = true
+		slots[redistest.KeySlot(k.Config("api", shard))] = true
 	}
 	if len(slots) < shards-4 {
 		t.Errorf("%d shards of one limiter fall in only %d slots", shards, len(slots))

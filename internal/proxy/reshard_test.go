@@ -376,24 +376,8 @@ func reshardOthers(n int, not ...int) []int {
 func reshardNameInSlot(slot int) string {
 	for i := 0; ; i++ {
 		name := fmt.Sprintf("idle%d", i)
-		if int(crc16([]byte(name+":0"))%16384) == slot {
+		if redistest.KeySlot("rl:{"+name+":0}:c") == slot {
 			return name
 		}
 	}
-}
-
-// crc16 is the CRC16-CCITT (XMODEM) that Redis Cluster hashes keys with.
-func crc16(b []byte) uint16 {
-	var crc uint16
-	for _, c := range b {
-		crc ^= uint16(c) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }
