@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/commands"
+	"github.com/rlproxy/rlproxy/internal/redistest"
 )
 
 func TestGoRedis(t *testing.T) {
@@ -57,7 +58,7 @@ func TestGoRedis(t *testing.T) {
 
 func TestRedisCLI(t *testing.T) {
 	h := start(t)
-	tool(t, "redis-cli")
+	redistest.LookPath(t, "redis-cli")
 
 	t.Run("one-shot", func(t *testing.T) {
 		// Not on a terminal, redis-cli prints raw values, one per line.
@@ -175,7 +176,7 @@ func cliInts(t *testing.T, out string) []int64 {
 
 func TestRedisBenchmark(t *testing.T) {
 	h := start(t)
-	tool(t, "redis-benchmark")
+	redistest.LookPath(t, "redis-benchmark")
 	h.Do(t, "RL.SETRATE", "bench", 1000000, "1s").Equal(int64(1))
 	// redis-benchmark starts with CONFIG GET save / appendonly; an answer
 	// it cannot use only warns.

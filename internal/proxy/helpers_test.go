@@ -362,17 +362,6 @@ func resetBackendStats(t testing.TB, backend *redis.Client) {
 	}
 }
 
-// tool finds a Redis command-line tool, skipping the test when it is not
-// installed.
-func tool(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s is not installed: %v", name, err)
-	}
-	return p
-}
-
 // run runs a command-line tool against the proxy with stdin and returns
 // its stdout; it fails the test if the tool fails.
 func (h *harness) run(t testing.TB, name, stdin string, args ...string) string {
@@ -386,7 +375,7 @@ func (h *harness) run(t testing.TB, name, stdin string, args ...string) string {
 
 func (h *harness) runTool(t testing.TB, name, stdin string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	bin := tool(t, name)
+	bin := redistest.LookPath(t, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"-h", "127.0.0.1", "-p", h.port()}, args...)...)

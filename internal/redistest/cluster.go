@@ -31,7 +31,7 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	if masters < 3 {
 		t.Fatalf("redistest: StartCluster needs at least 3 masters (redis-cli --cluster create refuses fewer), got %d", masters)
 	}
-	cli := lookPath(t, "redis-cli")
+	cli := LookPath(t, "redis-cli")
 	c := &Cluster{}
 	for range masters {
 		c.Nodes = append(c.Nodes, startServer(t, options{cluster: true}))

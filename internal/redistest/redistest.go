@@ -101,7 +101,7 @@ func StartServer(t testing.TB, opts ...Option) *Server {
 
 func startServer(t testing.TB, o options) *Server {
 	t.Helper()
-	s := &Server{opts: o, bin: lookPath(t, "redis-server"), dir: t.TempDir()}
+	s := &Server{opts: o, bin: LookPath(t, "redis-server"), dir: t.TempDir()}
 	// Registered after t.TempDir, so it runs before the directory is removed
 	// (cleanups run last-in, first-out).
 	t.Cleanup(func() {
@@ -461,8 +461,9 @@ func (s *Server) logTail() string {
 	return fmt.Sprintf("\n--- tail of %s:\n%s\n---", path, strings.Join(lines, "\n"))
 }
 
-// lookPath finds a Redis binary or fails the test with a helpful message.
-func lookPath(t testing.TB, name string) string {
+// LookPath finds a Redis binary (redis-server, redis-cli, ...) or fails
+// the test with a helpful message.
+func LookPath(t testing.TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
