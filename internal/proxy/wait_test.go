@@ -60,6 +60,18 @@ func (h *harness) alone(t testing.TB, tweaks ...func(*config.Config)) *harness {
 	}}, tweaks...)...)
 }
 
+// aloneDrained starts a proxy of its own (the test counts waiting clients)
+// with a sliding-log limiter of 1 permit per interval, already used up,
+// and returns it with a waiting-capable connection.
+func (h *harness) aloneDrained(t testing.TB, key, interval string) (*harness, conn) {
+	t.Helper()
+	h = h.alone(t)
+	h.Do(t, setRateArgs(key, 1, interval, "sliding-log")...).Equal(int64(1))
+	c := h.waiter(t)
+	drained(t, c, key)
+	return h, c
+}
+
 // timed is a reply received on another goroutine, and when it came.
 type timed struct {
 	args []any
@@ -275,11 +287,8 @@ func TestWaitTimeoutTooShort(t *testing.T) {
 	// time either: README says such a denial is answered at once.
 	t.Run("queued behind a longer wait", func(t *testing.T) {
 		t.Parallel()
-		h := h.alone(t) // its own proxy: the test counts waiting clients
 		const key = "short:queued"
-		h.Do(t, setRateArgs(key, 1, "1h", "sliding-log")...).Equal(int64(1))
-		c := h.waiter(t)
-		drained(t, c, key)
+		h, c := h.aloneDrained(t, key, "1h")
 		head := h.raw(t)
 		head.Send("RL.ACQUIRE", key, "1", "BLOCK") // waits an hour at the head of the queue
 		waitWaiting(t, c, 1)
@@ -412,11 +421,8 @@ func TestWaitDisconnect(t *testing.T) {
 	// within its timeout if it had to wait for the head's grant too.
 	t.Run("sliding-log head leaves", func(t *testing.T) {
 		t.Parallel()
-		h := h.alone(t) // its own proxy: the test counts waiting clients
 		const key = "gone:sl-head"
-		h.Do(t, setRateArgs(key, 1, "1s", "sliding-log")...).Equal(int64(1))
-		c := h.waiter(t)
-		drained(t, c, key)
+		h, c := h.aloneDrained(t, key, "1s")
 		head := h.raw(t)
 		head.Send("RL.ACQUIRE", key, "1", "BLOCK")
 		waitWaiting(t, c, 1)
@@ -435,11 +441,8 @@ func TestWaitDisconnect(t *testing.T) {
 	// up and gets the second permit.
 	t.Run("sliding-log middle leaves", func(t *testing.T) {
 		t.Parallel()
-		h := h.alone(t) // its own proxy: the test counts waiting clients
 		const key = "gone:sl-middle"
-		h.Do(t, setRateArgs(key, 1, "1s", "sliding-log")...).Equal(int64(1))
-		c := h.waiter(t)
-		drained(t, c, key)
+		h, c := h.aloneDrained(t, key, "1s")
 		first := goDo(h.waiter(t), "RL.ACQUIRE", key, 1, "BLOCK")
 		waitWaiting(t, c, 1)
 		middle := h.raw(t)
