@@ -270,16 +270,23 @@ func (s *Server) callBatch(c *client, batch commands.BatchHandler, calls [][]str
 	s.stats.commands.Add(int64(len(calls)))
 	defer func() {
 		if p := recover(); p != nil {
-			s.stats.panics.Add(1)
-			s.opts.Log.Error("recovered from a panic in a command handler",
-				"command", calls[0][0], "panic", p, "stack", string(debug.Stack()))
+			err := s.recovered(calls[0][0], p)
 			replies = make([]any, len(calls))
 			for i := range replies {
-				replies[i] = fmt.Errorf("internal error while running '%s'", quoteArg(calls[0][0]))
+				replies[i] = err
 			}
 		}
 	}()
 	return batch(c.ctx, c, calls)
+}
+
+// recovered logs a panic of command's handler and returns the error its
+// caller gets instead of a reply.
+func (s *Server) recovered(command string, p any) error {
+	s.stats.panics.Add(1)
+	s.opts.Log.Error("recovered from a panic in a command handler",
+		"command", command, "panic", p, "stack", string(debug.Stack()))
+	return fmt.Errorf("internal error while running '%s'", quoteArg(command))
 }
 
 // call dispatches one command through the table, recovering from panics.
@@ -287,10 +294,7 @@ func (s *Server) call(c *client, args []string) (reply any) {
 	s.stats.commands.Add(1)
 	defer func() {
 		if p := recover(); p != nil {
-			s.stats.panics.Add(1)
-			s.opts.Log.Error("recovered from a panic in a command handler",
-				"command", args[0], "panic", p, "stack", string(debug.Stack()))
-			reply = fmt.Errorf("internal error while running '%s'", quoteArg(args[0]))
+			reply = s.recovered(args[0], p)
 		}
 	}()
 	cmd := s.table.Lookup(args[0])

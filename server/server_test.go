@@ -37,8 +37,9 @@ func testTable(release <-chan struct{}) []commands.Command {
 				}
 				return out, nil
 			}},
-		{Name: "T.PANIC", Arity: 1, Group: "test", Summary: "Panics.",
-			Handler: func(context.Context, commands.Caller, []string) (any, error) { panic("boom") }},
+		{Name: "T.PANIC", Arity: 1, Group: "test", Summary: "Panics (pipelined ones as a batch).",
+			Handler: func(context.Context, commands.Caller, []string) (any, error) { panic("boom") },
+			Batch:   func(context.Context, commands.Caller, [][]string) []any { panic("batch boom") }},
 		{Name: "T.WAIT", Arity: 1, Group: "test", Summary: "Waits for the test.",
 			Handler: func(ctx context.Context, _ commands.Caller, _ []string) (any, error) {
 				select {
@@ -718,10 +719,17 @@ func TestPanicIsContained(t *testing.T) {
 			t.Errorf("got %q, want %q", got, want)
 		}
 	}
+	// Pipelined ones run as one batch: the panic answers each of them.
+	a.send(encode("T.PANIC") + encode("T.PANIC") + encode("ECHO", "after"))
+	for _, want := range []string{"-ERR internal error while running 'T.PANIC'\r\n", "-ERR internal error while running 'T.PANIC'\r\n", bulk("after")} {
+		if got := a.reply(); got != want {
+			t.Errorf("batch: got %q, want %q", got, want)
+		}
+	}
 	if got := b.do("PING"); got != "+PONG\r\n" {
 		t.Errorf("other connection: %q", got)
 	}
-	if got := a.do("INFO", "stats"); !strings.Contains(got, "recovered_panics:1\r\n") {
+	if got := a.do("INFO", "stats"); !strings.Contains(got, "recovered_panics:2\r\n") {
 		t.Errorf("INFO stats: %q", got)
 	}
 }
