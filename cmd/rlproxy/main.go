@@ -33,10 +33,15 @@ import (
 const gcPercent = 400
 
 func main() {
-	if os.Getenv("GOGC") == "" {
+	defaultGC(os.Getenv("GOGC"))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// defaultGC sets gcPercent unless the environment's GOGC (env) set one.
+func defaultGC(env string) {
+	if env == "" {
 		debug.SetGCPercent(gcPercent)
 	}
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

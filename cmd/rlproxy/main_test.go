@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,4 +335,17 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+func TestDefaultGC(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	defaultGC("")
+	if got := debug.SetGCPercent(100); got != gcPercent {
+		t.Errorf("without GOGC: GC percent %d, want %d", got, gcPercent)
+	}
+	defaultGC("50") // the runtime already applied GOGC=50: leave it
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC set: GC percent changed to %d", got)
+	}
 }
