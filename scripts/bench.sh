@@ -140,6 +140,9 @@ interleaved() {
 
 interleaved hot-p16 --conns 50 --pipeline 16
 interleaved hot-p1 --conns 50 --pipeline 1
+# The same connections sending PING, which rlproxy answers itself: the
+# ceiling its connection handling sets for hot-p1 (Redis's PING alongside).
+interleaved ping-p1 --conns 50 --pipeline 1 --ping
 interleaved deny-p16 --conns 50 --pipeline 16 --rate "$DENY_RATE"
 interleaved deny-p1 --conns 50 --pipeline 1 --rate "$DENY_RATE"
 interleaved light --conns 1 --pipeline 1

@@ -30,8 +30,11 @@ type loadConfig struct {
 	Burst     int64 // 0: Rate
 	Shards    int   // rlproxy: SHARDS of each limiter (0: the proxy's default)
 	Setup     bool  // create the limiters (RL.SETRATE / SCRIPT LOAD) first
-	Scenario  string
-	Round     int
+	// Ping sends PING instead of the limiter command: the throughput the
+	// server's connection handling allows when a request costs no work.
+	Ping     bool
+	Scenario string
+	Round    int
 }
 
 // Result is what one run measured. Latencies are per request: from the
@@ -48,6 +51,7 @@ type Result struct {
 	IntervalMs int64   `json:"interval_ms"`
 	Burst      int64   `json:"burst"`
 	Shards     int     `json:"shards,omitempty"`
+	Ping       bool    `json:"ping,omitempty"`
 	CPUs       int     `json:"cpus"`
 	Seconds    float64 `json:"seconds"`
 
@@ -154,7 +158,7 @@ func run(ctx context.Context, cfg loadConfig, s *sampler) (Result, error) {
 	res := Result{
 		Scenario: cfg.Scenario, Round: cfg.Round, Mode: cfg.Mode, Addr: cfg.Addr,
 		Conns: cfg.Conns, Pipeline: cfg.Pipeline, Keys: cfg.Keys,
-		Rate: cfg.Rate, IntervalMs: cfg.Interval.Milliseconds(), Burst: cfg.Burst, Shards: cfg.Shards,
+		Rate: cfg.Rate, IntervalMs: cfg.Interval.Milliseconds(), Burst: cfg.Burst, Shards: cfg.Shards, Ping: cfg.Ping,
 		CPUs: runtime.NumCPU(),
 	}
 	var lat histogram
@@ -296,6 +300,9 @@ func (w *worker) drive(ctx context.Context, conn net.Conn, cmds [][]byte, pipeli
 // prepare creates the limiters on the server and returns the encoded
 // request for each key.
 func prepare(cfg loadConfig) ([][]byte, error) {
+	if cfg.Ping {
+		return [][]byte{appendCommand(nil, "PING")}, nil
+	}
 	c, err := dialStat(cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", cfg.Addr, err)

@@ -10,6 +10,7 @@
 //	rlbench --mode direct  --addr 127.0.0.1:6379 --conns 50 --pipeline 16
 //	rlbench --mode rlproxy --addr 127.0.0.1:6380 --conns 50 --pipeline 16 \
 //	        --stats-redis 127.0.0.1:6379 --proxy-pid $(pidof rlproxy) --json
+//	rlbench --mode rlproxy --addr 127.0.0.1:6380 --conns 50 --ping     # the front end's ceiling
 //	rlbench report bench-results/20250101-120000   # the table of a suite run
 //
 // scripts/bench.sh (make bench) runs the whole suite: it starts its own
@@ -64,6 +65,7 @@ func loadMain(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Int64Var(&cfg.Burst, "burst", 0, "bucket capacity (0 = rate)")
 	fs.IntVar(&cfg.Shards, "shards", 0, "rlproxy: SHARDS of each limiter (0 = the proxy's default)")
 	fs.BoolVar(&cfg.Setup, "setup", true, "rlproxy: create the limiters with RL.SETRATE first")
+	fs.BoolVar(&cfg.Ping, "ping", false, "send PING instead of the limiter command: what the server's connection handling alone allows")
 	fs.StringVar(&cfg.Scenario, "scenario", "", "label stored in the JSON result")
 	fs.IntVar(&cfg.Round, "round", 0, "label stored in the JSON result")
 	statsRedis := fs.String("stats-redis", "", "comma-separated Redis addresses to read INFO cpu/commandstats deltas from")
@@ -121,8 +123,12 @@ func loadMain(ctx context.Context, args []string, stdout io.Writer) error {
 
 // printResult writes one run's result for a person.
 func printResult(w io.Writer, r Result) {
-	fmt.Fprintf(w, "%s %s: %d conns x pipeline %d, %d key(s), %.1fs measured\n",
-		r.Mode, r.Addr, r.Conns, r.Pipeline, r.Keys, r.Seconds)
+	what := fmt.Sprintf("%d key(s)", r.Keys)
+	if r.Ping {
+		what = "PING"
+	}
+	fmt.Fprintf(w, "%s %s: %d conns x pipeline %d, %s, %.1fs measured\n",
+		r.Mode, r.Addr, r.Conns, r.Pipeline, what, r.Seconds)
 	fmt.Fprintf(w, "  %.0f req/s: %d requests, %d granted, %d denied, %d errors\n",
 		r.OpsPerSec, r.Requests, r.Granted, r.Denied, r.Errors)
 	fmt.Fprintf(w, "  latency us: p50 %.1f  p99 %.1f  p999 %.1f  mean %.1f  max %.1f\n",

@@ -146,7 +146,7 @@ func summarize(results []Result) Summary {
 }
 
 // scenarioOrder is the order the report lists scenarios in; others follow.
-var scenarioOrder = []string{scenHotPipelined, scenHotPlain, scenDenyP16, scenDenyP1, scenLight, "clients-", "scale-"}
+var scenarioOrder = []string{scenHotPipelined, scenHotPlain, scenPing, scenDenyP16, scenDenyP1, scenLight, "clients-", "scale-"}
 
 // compareScenarios orders scenarios as scenarioOrder does, then by name
 // with numbers compared as numbers (clients-10 before clients-100).
@@ -247,6 +247,7 @@ func perSec(n int64, s float64) float64 { return ratio(float64(n), s) }
 const (
 	scenHotPipelined = "hot-p16"    // 50 conns x 16, one limiter that grants everything
 	scenHotPlain     = "hot-p1"     // 50 conns x 1, the same limiter
+	scenPing         = "ping-p1"    // 50 conns x 1, PING: what connection handling alone allows
 	scenDenyP16      = "deny-p16"   // 50 conns x 16, a limiter that denies ~99%
 	scenDenyP1       = "deny-p1"    // 50 conns x 1, the same
 	scenLight        = "light"      // 1 conn x 1
@@ -295,6 +296,14 @@ func targets(sum Summary) []Target {
 			verdict(p.RedisCPUPerRequestUs < d.RedisCPUPerRequestUs)})
 		out = append(out, Target{"4", "rlproxy CPU per RL.ACQUIRE (hot, no pipelining)",
 			fmt.Sprintf("%.2f us", p.ProxyCPUPerRequestUs), "<= 3 us", verdict(p.ProxyCPUPerRequestUs > 0 && p.ProxyCPUPerRequestUs <= 3)})
+		// What bounds 3a: rlproxy answering PING does no backend work at
+		// all, so no RL.ACQUIRE through it can go faster.
+		if rd, rp := pair(scenPing); rd != nil && rp != nil {
+			out = append(out, Target{"3c", "no pipelining, the front end's ceiling: rlproxy answering PING (no backend work) / direct EVALSHA",
+				fmt.Sprintf("%.2fx (%.0f vs %.0f req/s; Redis answering PING: %.0f req/s; rlproxy CPU per PING %.2f us)",
+					ratio(rp.OpsPerSec, d.OpsPerSec), rp.OpsPerSec, d.OpsPerSec, rd.OpsPerSec, rp.ProxyCPUPerRequestUs),
+				"(reported: 3a cannot exceed it)", "INFO"})
+		}
 	} else {
 		out = append(out, na("3a", "hot limiter, no pipelining: rlproxy / direct throughput", ">= 1.00x"))
 	}

@@ -88,6 +88,8 @@ func (rr *replyReader) decision() (int, error) {
 	case '-':
 		rr.lastError = string(line[1:])
 		return failed, nil
+	case '+':
+		return granted, nil // PING's PONG (the --ping load): served
 	default:
 		return failed, rr.skipRest(line)
 	}

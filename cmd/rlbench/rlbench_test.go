@@ -77,8 +77,9 @@ func TestDecision(t *testing.T) {
 		"*2\r\n$3\r\nabc\r\n*1\r\n:1\r\n" + // array not starting with an integer
 		"*3\r\n:1\r\n*2\r\n$2\r\nhi\r\n:5\r\n%1\r\n+a\r\n:1\r\n" + // nested values after the flag
 		":7\r\n" + // not an array
-		"*4\r\n:2\r\n:0\r\n:0\r\n:0\r\n") // flag neither 0 nor 1
-	want := []int{granted, denied, failed, failed, granted, failed, failed}
+		"*4\r\n:2\r\n:0\r\n:0\r\n:0\r\n" + // flag neither 0 nor 1
+		"+PONG\r\n") // the --ping load's reply
+	want := []int{granted, denied, failed, failed, granted, failed, failed, granted}
 	for i, w := range want {
 		got, err := rr.decision()
 		if err != nil {
@@ -175,6 +176,10 @@ func TestSummarize(t *testing.T) {
 		result(scenHotPipelined, "rlproxy", 350_000, func(r *Result) { r.RedisCPUPerGrantUs = 0.4; r.ProxyCPUPerRequestUs = 2.5 }),
 		result(scenHotPipelined, "rlproxy", 300_000, func(r *Result) { r.RedisCPUPerGrantUs = 0.6; r.ProxyCPUPerRequestUs = 3.5 }),
 		result(scenHotPipelined, "rlproxy", 900_000, func(r *Result) { r.RedisCPUPerGrantUs = 0.45; r.ProxyCPUPerRequestUs = 2 }),
+		result(scenHotPlain, "direct", 80_000, func(r *Result) { r.RedisCPUPerRequestUs = 12 }),
+		result(scenHotPlain, "rlproxy", 60_000, func(r *Result) { r.RedisCPUPerRequestUs = 3; r.ProxyCPUPerRequestUs = 14 }),
+		result(scenPing, "direct", 90_000, nil),
+		result(scenPing, "rlproxy", 70_000, func(r *Result) { r.ProxyCPUPerRequestUs = 12 }),
 		result(scenLight, "direct", 10_000, func(r *Result) { r.LatencyUs.P50, r.LatencyUs.P99 = 50, 100 }),
 		result(scenLight, "rlproxy", 8_000, func(r *Result) { r.LatencyUs.P50, r.LatencyUs.P99 = 120, 150 }),
 		result(scenScaleKeys, "rlproxy", 100_000, func(r *Result) {
@@ -193,7 +198,7 @@ func TestSummarize(t *testing.T) {
 	for _, s := range sum.Scenarios {
 		names = append(names, s.Name+"/"+s.Mode)
 	}
-	wantOrder := "hot-p16/direct hot-p16/rlproxy light/direct light/rlproxy clients-10/direct clients-100/direct scale-hot/rlproxy scale-keys/rlproxy"
+	wantOrder := "hot-p16/direct hot-p16/rlproxy hot-p1/direct hot-p1/rlproxy ping-p1/direct ping-p1/rlproxy light/direct light/rlproxy clients-10/direct clients-100/direct scale-hot/rlproxy scale-keys/rlproxy"
 	if got := strings.Join(names, " "); got != wantOrder {
 		t.Errorf("order:\n%s\nwant\n%s", got, wantOrder)
 	}
@@ -203,7 +208,8 @@ func TestSummarize(t *testing.T) {
 	}
 	for id, want := range map[string]string{
 		"1": "PASS", "2": "PASS", "4b": "PASS", // 3.5x; 0.45 us; 2.5 us
-		"3a": "N/A", "5": "N/A",
+		"3a": "FAIL", "3b": "PASS", "4": "FAIL", "3c": "INFO", // 0.75x; 3 us vs 12; 14 us
+		"5": "N/A",
 		"6": "FAIL", "6b": "PASS", // 2.4x; 1.5x
 		"7": "PASS", "7b": "FAIL", // 4% off; 100% off
 		"model": "INFO",
@@ -218,7 +224,8 @@ func TestSummarize(t *testing.T) {
 
 	var out strings.Builder
 	printSummary(&out, sum)
-	if !strings.Contains(out.String(), "targets: 5 PASS, 2 FAIL") {
+	if !strings.Contains(out.String(), "targets: 6 PASS, 4 FAIL") ||
+		!strings.Contains(out.String(), "0.88x (70000 vs 80000 req/s; Redis answering PING: 90000 req/s") {
 		t.Errorf("report:\n%s", out.String())
 	}
 }
@@ -300,6 +307,32 @@ func TestRunAgainstRedisAndProxy(t *testing.T) {
 			// The burst of 20 goes in the warm-up; then 20/s for 0.3 s.
 			if res.Denied == 0 || res.Granted > 20+8 || res.Errors != 0 {
 				t.Errorf("rate 20/s: %d granted, %d denied, %d errors", res.Granted, res.Denied, res.Errors)
+			}
+		})
+	}
+	for _, mode := range []string{"direct", "rlproxy"} {
+		t.Run(mode+"/ping", func(t *testing.T) {
+			c := load
+			c.Mode, c.Addr, c.Ping = mode, srv.Addr(), true
+			if mode == "rlproxy" {
+				c.Addr = p.Addr()
+			}
+			s, err := newSampler([]string{srv.Addr()}, "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.close()
+			res, err := run(ctx, c, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Requests == 0 || res.Granted != res.Requests || res.Errors != 0 || !res.Ping {
+				t.Fatalf("%+v", res)
+			}
+			// rlproxy answers PING itself: Redis sees none of them.
+			pings := res.Redis[0].Commands
+			if mode == "direct" && !near(pings, res.Requests) || mode == "rlproxy" && pings > 10 {
+				t.Errorf("%s: Redis ran %d commands for %d PINGs", mode, pings, res.Requests)
 			}
 		})
 	}
