@@ -44,7 +44,8 @@ type group[I, R any] struct {
 type pending[I, R any] struct {
 	item I
 	out  Outcome[R]
-	wg   *sync.WaitGroup // Done when out is set
+	wg   *sync.WaitGroup  // Done when out is set (Do, DoAll)
+	done func(Outcome[R]) // or called with out (Go)
 }
 
 // Do adds item to key's next batch, run by run, and waits for its result.
@@ -70,6 +71,18 @@ func (c *Coalescer[I, R]) Do(ctx context.Context, key string, item I, run RunFun
 	}
 	wg.Wait()
 	return p.out.Res, p.out.Err
+}
+
+// Go adds item to key's next batch, like Do, and calls done with its
+// outcome instead of waiting for it. done runs on the goroutine that ran
+// the batch — the caller's, before Go returns, when key was idle; another
+// caller's or a fresh one otherwise — so it must be quick and must not
+// panic: other items' results wait for it.
+func (c *Coalescer[I, R]) Go(key string, item I, run RunFunc[I, R], done func(Outcome[R])) {
+	p := &pending[I, R]{item: item, done: done}
+	if g := c.enqueue(key, p, run); g != nil {
+		c.drain(g)
+	}
 }
 
 // DoAll adds every call to its key's next batch at once — so calls on one
@@ -157,7 +170,11 @@ func (c *Coalescer[I, R]) drain(g *group[I, R]) {
 		} else {
 			p.out.Res = res[i]
 		}
-		p.wg.Done()
+		if p.done != nil {
+			p.done(p.out)
+		} else {
+			p.wg.Done()
+		}
 	}
 
 	c.mu.Lock()

@@ -147,6 +147,64 @@ func TestCoalescerKeepsArrivalOrder(t *testing.T) {
 	}
 }
 
+// Go's items join batches as Do's do, and done gets each one's outcome:
+// at once on an idle key (on the caller's goroutine), from the batch that
+// carried it on a busy one.
+func TestCoalescerGo(t *testing.T) {
+	var c Coalescer[int, answerOf]
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var seen [][]int
+	run := func(ctx context.Context, items []int) ([]answerOf, error) {
+		mu.Lock()
+		seen = append(seen, slices.Clone(items))
+		held := items[0] == 1
+		mu.Unlock()
+		if held {
+			<-release
+		}
+		out := make([]answerOf, len(items))
+		for i, it := range items {
+			out[i] = answerOf{item: it, index: i}
+		}
+		return out, nil
+	}
+
+	var got Outcome[answerOf]
+	c.Go("k", 0, run, func(o Outcome[answerOf]) { got = o }) // idle: runs now
+	if got.Err != nil || got.Res.item != 0 {
+		t.Fatalf("idle key: done got %+v before Go returned", got)
+	}
+
+	outs := make(chan Outcome[answerOf], 4)
+	go c.Go("k", 1, run, func(o Outcome[answerOf]) { outs <- o })
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 2 })
+	c.Go("k", 2, run, func(o Outcome[answerOf]) { outs <- o }) // queues: returns at once
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups["k"].queue) == 1 })
+	doDone := make(chan answerOf)
+	go func() { a, _ := c.Do(context.Background(), "k", 3, run); doDone <- a }()
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups["k"].queue) == 2 })
+	close(release)
+
+	byItem := map[int]answerOf{}
+	for range 2 {
+		o := <-outs
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		byItem[o.Res.item] = o.Res
+	}
+	if a := <-doDone; a.item != 3 || a.index != 1 {
+		t.Errorf("Do queued behind Go: %+v, want item 3 at index 1", a)
+	}
+	if byItem[1].index != 0 || byItem[2].index != 0 {
+		t.Errorf("Go outcomes %+v", byItem)
+	}
+	if want := [][]int{{0}, {1}, {2, 3}}; !slices.EqualFunc(seen, want, slices.Equal) {
+		t.Errorf("batches %v, want %v", seen, want)
+	}
+}
+
 func TestCoalescerErrorReachesEveryItem(t *testing.T) {
 	var c Coalescer[int, answerOf]
 	boom := errors.New("boom")

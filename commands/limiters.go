@@ -38,7 +38,7 @@ func Limiters(l *sharding.Limiters, o Options) []Command {
 					{Name: "timeout", Type: "string", Token: "TIMEOUT"},
 					{Name: "block", Type: "pure-token", Token: "BLOCK"}}},
 			},
-			Handler: h.acquire, Batch: h.acquireBatch,
+			Handler: h.acquire, Batch: h.acquireBatch, Async: h.acquireAsync,
 		},
 		{
 			Name: "RL.AVAILABLE", Arity: 2, Flags: []string{"readonly"}, KeyPos: 1, Group: "ratelimit",
@@ -136,6 +136,22 @@ func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string)
 	}
 	flush()
 	return replies
+}
+
+// acquireAsync starts an RL.ACQUIRE that decides now; one that waits
+// (TIMEOUT/BLOCK) takes the Handler path.
+func (h *handlers) acquireAsync(ctx context.Context, c Caller, args []string, reply func(any)) bool {
+	r, err := ParseAcquire(args)
+	switch {
+	case err != nil:
+		reply(err)
+	case r.Block || r.Timeout != 0:
+		return false
+	default:
+		req := sharding.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits}
+		h.l.AcquireAsync(ctx, req, func(o sharding.Outcome) { reply(acquireReply(o.Result, o.Err)) })
+	}
+	return true
 }
 
 // acquireReply is RL.ACQUIRE's reply: [granted, remaining, retry_after_ms, reset_after_ms].

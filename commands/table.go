@@ -27,6 +27,13 @@ type Handler func(ctx context.Context, c Caller, args []string) (any, error)
 // command name as sent. It returns one reply (or error) per call.
 type BatchHandler func(ctx context.Context, c Caller, calls [][]string) []any
 
+// AsyncHandler starts one command and answers it through reply, perhaps
+// later and on another goroutine, so that the connection need not hold a
+// goroutine asleep meanwhile. reply must be called exactly once, unless
+// the handler returns false: then it never is, and the call takes the
+// Handler path instead.
+type AsyncHandler func(ctx context.Context, c Caller, args []string, reply func(any)) bool
+
 // Arg describes one argument for COMMAND DOCS (redis-cli builds its
 // typing hints from these).
 type Arg struct {
@@ -53,6 +60,9 @@ type Command struct {
 	// so they can share backend calls. Only for commands that read and
 	// change no connection state.
 	Batch BatchHandler
+	// Async, when set, runs a call that comes alone (no pipeline) without
+	// waiting for it. Same restriction as Batch.
+	Async AsyncHandler
 	// Sub are subcommands (CLIENT SETNAME, COMMAND DOCS, ...), by upper-case name.
 	Sub []Command
 }

@@ -150,6 +150,15 @@ func (c *guardedConn) scan(b []byte) int {
 	return len(b)
 }
 
+// Write skips empty writes: redcon flushes after every read, also when
+// the reply went out by itself (callAsync).
+func (c *guardedConn) Write(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	return c.Conn.Write(b)
+}
+
 func (c *guardedConn) fail(at int, msg string) int {
 	c.err = errors.New(msg)
 	return at

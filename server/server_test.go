@@ -24,7 +24,11 @@ import (
 // These tests run the server on a real loopback socket with a small
 // command table of their own (no backend): T.ECHO returns its arguments,
 // T.PANIC panics, T.WAIT blocks until the test releases it, T.NIL, T.MAP
-// and T.ERR return those replies, T.NAME the caller's connection name.
+// and T.ERR return those replies, T.NAME the caller's connection name,
+// T.ASYNC answers through its async handler once released.
+
+// asyncStarted hears of every T.ASYNC the async handler takes.
+var asyncStarted = make(chan struct{}, 100)
 
 func testTable(release <-chan struct{}) []commands.Command {
 	return []commands.Command{
@@ -58,6 +62,23 @@ func testTable(release <-chan struct{}) []commands.Command {
 		{Name: "T.ERR", Arity: 2, Group: "test", Summary: "Returns its argument as an error.",
 			Handler: func(_ context.Context, _ commands.Caller, args []string) (any, error) {
 				return nil, errors.New(args[1])
+			}},
+		{Name: "T.ASYNC", Arity: -1, Group: "test", Summary: "Answers LATER once released; SYNC when pipelined or asked to.",
+			Handler: func(context.Context, commands.Caller, []string) (any, error) { return commands.Status("SYNC"), nil },
+			Async: func(_ context.Context, _ commands.Caller, args []string, reply func(any)) bool {
+				switch {
+				case len(args) > 1 && args[1] == "sync":
+					return false
+				case len(args) > 1 && args[1] == "panic":
+					reply(commands.Status("BEFORE"))
+					panic("async boom")
+				}
+				asyncStarted <- struct{}{}
+				go func() {
+					<-release
+					reply(commands.Status("LATER"))
+				}()
+				return true
 			}},
 		{Name: "T.NAME", Arity: 1, Group: "test", Summary: "Returns the caller's name.",
 			Handler: func(_ context.Context, c commands.Caller, _ []string) (any, error) { return c.Name(), nil }},
@@ -504,9 +525,9 @@ func TestClientCommands(t *testing.T) {
 func TestCommandIntrospection(t *testing.T) {
 	s := startServer(t, Options{}, nil)
 	c := dial(t, s)
-	// connection commands + the 7 test commands
+	// connection commands + the 8 test commands
 	names := []string{"auth", "client", "command", "config", "echo", "hello", "info", "ping", "quit", "reset", "select",
-		"t.echo", "t.err", "t.map", "t.name", "t.nil", "t.panic", "t.wait"}
+		"t.async", "t.echo", "t.err", "t.map", "t.name", "t.nil", "t.panic", "t.wait"}
 	if got := c.do("COMMAND", "COUNT"); got != fmt.Sprintf(":%d\r\n", len(names)) {
 		t.Errorf("COMMAND COUNT: %q, want %d", got, len(names))
 	}
@@ -749,6 +770,54 @@ func TestWaitingHandlerBlocksOnlyItsClient(t *testing.T) {
 	close(release)
 	if got := a.reply(); got != "+RELEASED\r\n" {
 		t.Errorf("T.WAIT: %q", got)
+	}
+}
+
+// A lone call of a command with an async handler is answered whenever
+// its handler replies, while the connection reads on; the client's next
+// command waits for that reply, so replies keep their order.
+func TestAsyncReply(t *testing.T) {
+	release := make(chan struct{})
+	s := startServer(t, Options{}, release)
+	a, b := dial(t, s), dial(t, s)
+	a.send(encode("T.ASYNC"))
+	<-asyncStarted
+	a.send(encode("PING")) // must wait for T.ASYNC's reply
+	if got := b.do("ECHO", "x"); got != bulk("x") {
+		t.Errorf("other client meanwhile: %q", got)
+	}
+	if err := a.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.r.ReadByte(); err == nil {
+		t.Fatal("a reply came before T.ASYNC's was released")
+	}
+	if err := a.c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	for _, want := range []string{"+LATER\r\n", "+PONG\r\n"} {
+		if got := a.reply(); got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+
+	// Pipelined, or declined by its handler: the ordinary path.
+	a.send(encode("T.ASYNC") + encode("T.ASYNC"))
+	for range 2 {
+		if got := a.reply(); got != "+SYNC\r\n" {
+			t.Errorf("pipelined: %q", got)
+		}
+	}
+	if got := a.do("T.ASYNC", "sync"); got != "+SYNC\r\n" {
+		t.Errorf("declined: %q", got)
+	}
+	// A handler that panics after replying: one reply, the panic counted.
+	if got := a.do("T.ASYNC", "panic"); got != "+BEFORE\r\n" {
+		t.Errorf("panic after reply: %q", got)
+	}
+	if got := a.do("INFO", "stats"); !strings.Contains(got, "recovered_panics:1\r\n") {
+		t.Errorf("INFO stats: %q", got)
 	}
 }
 

@@ -72,72 +72,128 @@ func (l *Limiters) Acquire(ctx context.Context, r Request) (limiter.Result, erro
 // denial, a reload after a config change) goes on by itself.
 func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 	out := make([]Outcome, len(reqs))
-	type first struct {
-		i     int
-		e     *entry
-		shard int
-	}
-	firsts := make([]first, 0, len(reqs))
+	tries := make([]firstTry, 0, len(reqs))
 	calls := make([]backend.Call[limiter.Ask, answer], 0, len(reqs))
 	var rest []int // requests that go on by themselves
 	for i, r := range reqs {
-		e, err := l.config(ctx, r.Name, false)
-		if err != nil || r.Permits > e.Capacity() || e.script == nil {
+		t, cached, way := l.firstTry(ctx, i, r)
+		switch way {
+		case answered:
+			out[i] = cached
+		case fullPath:
 			rest = append(rest, i)
-			continue
+		default:
+			tries, calls = append(tries, t), append(calls, t.call)
 		}
-		l.keepAlive(ctx, r.Name, e)
-		shard := int(rand.Uint64() % uint64(e.Shards))
-		k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
-		if l.opts.DenyCache && r.MaxWait == 0 && e.Shards == 1 {
-			if res, ok := l.denials.check(r.Name, k, r.Permits, time.Now()); ok {
-				l.stats.CachedDenials.Add(1)
-				out[i] = Outcome{Result: res}
-				l.count(out[i])
-				continue
-			}
-		}
-		rt := l.route(e, shard, r.Client)
-		if rt.node.Down() != nil {
-			rest = append(rest, i) // the full path walks past dead shards
-			continue
-		}
-		firsts = append(firsts, first{i: i, e: e, shard: shard})
-		calls = append(calls, backend.Call[limiter.Ask, answer]{
-			Key: rt.batchKey, Item: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, Run: rt.run,
-		})
 	}
 	sent := time.Now() // before any of the calls: a cached denial never outlives the real one
 	for j, o := range l.batches.DoAll(calls) {
-		f := firsts[j]
-		r := reqs[f.i]
-		a := o.Res
-		switch {
-		case o.Err != nil, a.status != limiter.StatusOK, a.OverCapacity:
-			rest = append(rest, f.i) // errors, changes: the full path sorts them out
-		case a.Granted:
-			out[f.i] = Outcome{Result: a.Result, shard: f.shard}
-			if ctx.Err() != nil {
-				l.giveBack(f.e, r, f.shard) //nolint:errcheck // best effort for a gone client
-			}
-			l.count(out[f.i])
-		case f.e.Shards > 1 && l.opts.MaxProbes > 0:
-			rest = append(rest, f.i) // other shards may have permits
-		default:
-			if l.opts.DenyCache && r.MaxWait == 0 {
-				k := subKey{shard: f.shard, epoch: f.e.Epoch, client: clientKey(&f.e.Stored, r.Client)}
-				l.denials.add(r.Name, k, r.Permits, sent, a.Result)
-			}
-			out[f.i] = Outcome{Result: a.Result}
-			l.count(out[f.i])
+		t := tries[j]
+		if res, ok := l.settle(ctx, reqs[t.i], t, o, sent); ok {
+			out[t.i] = res
+		} else {
+			rest = append(rest, t.i)
 		}
 	}
-	l.each(rest, func(i int) {
-		res, shard, err := l.acquire(ctx, reqs[i])
-		out[i] = Outcome{Result: res, Err: err, shard: shard}
-		out[i] = l.count(out[i])
-	})
+	l.each(rest, func(i int) { out[i] = l.full(ctx, reqs[i]) })
 	return out
+}
+
+// AcquireAsync decides r as Acquire does but hands the outcome to done
+// instead of waiting for it, so that a caller serving one request at a
+// time need not sleep while its request is in a batch. done runs once, on
+// the caller's goroutine before AcquireAsync returns when the answer is
+// at hand (cached denial, idle sub-limiter, full path), otherwise on the
+// goroutine that ran the batch: it must be quick and must not panic.
+func (l *Limiters) AcquireAsync(ctx context.Context, r Request, done func(Outcome)) {
+	t, cached, way := l.firstTry(ctx, 0, r)
+	switch way {
+	case answered:
+		done(cached)
+		return
+	case fullPath:
+		done(l.full(ctx, r))
+		return
+	}
+	sent := time.Now()
+	l.batches.Go(t.call.Key, t.call.Item, t.call.Run, func(o backend.Outcome[answer]) {
+		if res, ok := l.settle(ctx, r, t, o, sent); ok {
+			done(res)
+			return
+		}
+		go func() { done(l.full(ctx, r)) }() // not on the batch's goroutine: it has others to answer
+	})
+}
+
+// firstTry is a request's first try: one sub-limiter, picked at random,
+// asked in a batch with whatever else is queued for it.
+type firstTry struct {
+	i     int // the request's index (AcquireAll)
+	e     *entry
+	shard int
+	call  backend.Call[limiter.Ask, answer]
+}
+
+// How a request goes on after firstTry.
+const (
+	batched  = iota // its first try joins a batch
+	answered        // the deny cache answered it
+	fullPath        // it needs the full path (acquire)
+)
+
+// firstTry prepares r's first try, or answers it from the deny cache, or
+// sends it to the full path (unknown config, over capacity, node down).
+func (l *Limiters) firstTry(ctx context.Context, i int, r Request) (firstTry, Outcome, int) {
+	e, err := l.config(ctx, r.Name, false)
+	if err != nil || r.Permits > e.Capacity() || e.script == nil {
+		return firstTry{}, Outcome{}, fullPath
+	}
+	l.keepAlive(ctx, r.Name, e)
+	shard := int(rand.Uint64() % uint64(e.Shards))
+	if l.opts.DenyCache && r.MaxWait == 0 && e.Shards == 1 {
+		k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
+		if res, ok := l.denials.check(r.Name, k, r.Permits, time.Now()); ok {
+			l.stats.CachedDenials.Add(1)
+			return firstTry{}, l.count(Outcome{Result: res}), answered
+		}
+	}
+	rt := l.route(e, shard, r.Client)
+	if rt.node.Down() != nil {
+		return firstTry{}, Outcome{}, fullPath // the full path walks past dead shards
+	}
+	return firstTry{i: i, e: e, shard: shard, call: backend.Call[limiter.Ask, answer]{
+		Key: rt.batchKey, Item: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, Run: rt.run,
+	}}, Outcome{}, batched
+}
+
+// settle turns a first try's answer into r's outcome, or returns false
+// when r needs the full path: errors and config changes, which it sorts
+// out, or a denial with other shards to probe. sent is when the try went
+// out (a cached denial must not outlive the real one).
+func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o backend.Outcome[answer], sent time.Time) (Outcome, bool) {
+	a := o.Res
+	switch {
+	case o.Err != nil, a.status != limiter.StatusOK, a.OverCapacity:
+		return Outcome{}, false
+	case a.Granted:
+		if ctx.Err() != nil {
+			l.giveBack(t.e, r, t.shard) //nolint:errcheck // best effort for a gone client
+		}
+		return l.count(Outcome{Result: a.Result, shard: t.shard}), true
+	case t.e.Shards > 1 && l.opts.MaxProbes > 0:
+		return Outcome{}, false // other shards may have permits
+	}
+	if l.opts.DenyCache && r.MaxWait == 0 {
+		k := subKey{shard: t.shard, epoch: t.e.Epoch, client: clientKey(&t.e.Stored, r.Client)}
+		l.denials.add(r.Name, k, r.Permits, sent, a.Result)
+	}
+	return l.count(Outcome{Result: a.Result}), true
+}
+
+// full decides r on the full path.
+func (l *Limiters) full(ctx context.Context, r Request) Outcome {
+	res, shard, err := l.acquire(ctx, r)
+	return l.count(Outcome{Result: res, Err: err, shard: shard})
 }
 
 // each runs f for every index, at the same time when there are several.

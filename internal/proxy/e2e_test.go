@@ -670,3 +670,44 @@ func TestRequirePass(t *testing.T) {
 	conn{wrong}.Do(t, "RL.ACQUIRE", "auth").ErrContains("WRONGPASS")
 	h.Do(t, "RL.AVAILABLE", "auth").Equal(int64(3))
 }
+
+// A client that leaves while its RL.ACQUIRE waits in a batch spends
+// nothing: its connection reads on meanwhile, so the proxy notices and
+// gives the permit granted to nobody back. The control stays and keeps
+// its permit.
+func TestGoneClientSpendsNothing(t *testing.T) {
+	h := start(t)
+	admin := h.backend.Client(t)
+	ctx := context.Background()
+	for _, stay := range []bool{false, true} {
+		key := fmt.Sprintf("gone:stay=%v", stay)
+		h.Do(t, "RL.SETRATE", key, 5, "1h").Equal(int64(1))
+		// Redis holds script calls (writes) for a while: the first
+		// request's call is in flight, the second waits for the next batch.
+		if err := admin.Do(ctx, "CLIENT", "PAUSE", 300, "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		first, w := h.raw(t), h.raw(t)
+		first.Send("RL.ACQUIRE", key)
+		time.Sleep(50 * time.Millisecond)
+		w.Send("RL.ACQUIRE", key)
+		want := int64(3)
+		if !stay {
+			time.Sleep(50 * time.Millisecond)
+			_ = w.c.Close()
+			want = 4
+		}
+		if got := first.Line(); got != "*4" {
+			t.Fatalf("first client's reply: %q", got)
+		}
+		if stay {
+			if got := w.Line(); got != "*4" {
+				t.Fatalf("second client's reply: %q", got)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // the second batch, and a give-back
+		if got := h.Do(t, "RL.AVAILABLE", key).Int(); got != want {
+			t.Errorf("stay=%v: RL.AVAILABLE %d, want %d", stay, got, want)
+		}
+	}
+}
