@@ -73,26 +73,27 @@ func (l *Limiters) Acquire(ctx context.Context, r Request) (limiter.Result, erro
 func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 	out := make([]Outcome, len(reqs))
 	tries := make([]firstTry, 0, len(reqs))
+	at := make([]int, 0, len(reqs)) // the request index of each try
 	calls := make([]backend.Call[limiter.Ask, answer], 0, len(reqs))
 	var rest []int // requests that go on by themselves
 	for i, r := range reqs {
-		t, cached, way := l.firstTry(ctx, i, r)
+		t, cached, way := l.firstTry(ctx, r)
 		switch way {
 		case answered:
 			out[i] = cached
 		case fullPath:
 			rest = append(rest, i)
 		default:
-			tries, calls = append(tries, t), append(calls, t.call)
+			tries, at, calls = append(tries, t), append(at, i), append(calls, t.call)
 		}
 	}
 	sent := time.Now() // before any of the calls: a cached denial never outlives the real one
 	for j, o := range l.batches.DoAll(calls) {
-		t := tries[j]
-		if res, ok := l.settle(ctx, reqs[t.i], t, o, sent); ok {
-			out[t.i] = res
+		i := at[j]
+		if res, ok := l.settle(ctx, reqs[i], tries[j], o, sent); ok {
+			out[i] = res
 		} else {
-			rest = append(rest, t.i)
+			rest = append(rest, i)
 		}
 	}
 	l.each(rest, func(i int) { out[i] = l.full(ctx, reqs[i]) })
@@ -106,7 +107,7 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 // at hand (cached denial, idle sub-limiter, full path), otherwise on the
 // goroutine that ran the batch: it must be quick and must not panic.
 func (l *Limiters) AcquireAsync(ctx context.Context, r Request, done func(Outcome)) {
-	t, cached, way := l.firstTry(ctx, 0, r)
+	t, cached, way := l.firstTry(ctx, r)
 	switch way {
 	case answered:
 		done(cached)
@@ -128,7 +129,6 @@ func (l *Limiters) AcquireAsync(ctx context.Context, r Request, done func(Outcom
 // firstTry is a request's first try: one sub-limiter, picked at random,
 // asked in a batch with whatever else is queued for it.
 type firstTry struct {
-	i     int // the request's index (AcquireAll)
 	e     *entry
 	shard int
 	call  backend.Call[limiter.Ask, answer]
@@ -143,7 +143,7 @@ const (
 
 // firstTry prepares r's first try, or answers it from the deny cache, or
 // sends it to the full path (unknown config, over capacity, node down).
-func (l *Limiters) firstTry(ctx context.Context, i int, r Request) (firstTry, Outcome, int) {
+func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, int) {
 	e, err := l.config(ctx, r.Name, false)
 	if err != nil || r.Permits > e.Capacity() || e.script == nil {
 		return firstTry{}, Outcome{}, fullPath
@@ -161,7 +161,7 @@ func (l *Limiters) firstTry(ctx context.Context, i int, r Request) (firstTry, Ou
 	if rt.node.Down() != nil {
 		return firstTry{}, Outcome{}, fullPath // the full path walks past dead shards
 	}
-	return firstTry{i: i, e: e, shard: shard, call: backend.Call[limiter.Ask, answer]{
+	return firstTry{e: e, shard: shard, call: backend.Call[limiter.Ask, answer]{
 		Key: rt.batchKey, Item: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, Run: rt.run,
 	}}, Outcome{}, batched
 }
@@ -177,7 +177,9 @@ func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o backend.
 		return Outcome{}, false
 	case a.Granted:
 		if ctx.Err() != nil {
-			l.giveBack(t.e, r, t.shard) //nolint:errcheck // best effort for a gone client
+			// Best effort for a gone client, and not on the batch's
+			// goroutine (AcquireAsync): it has others to answer.
+			go l.giveBack(t.e, r, t.shard) //nolint:errcheck
 		}
 		return l.count(Outcome{Result: a.Result, shard: t.shard}), true
 	case t.e.Shards > 1 && l.opts.MaxProbes > 0:
