@@ -252,6 +252,21 @@ func TestRunAgainstRedisAndProxy(t *testing.T) {
 
 	load := loadConfig{Conns: 3, Pipeline: 4, Warmup: 50 * time.Millisecond, Duration: 300 * time.Millisecond,
 		Keys: 1, Rate: 1_000_000_000, Interval: time.Second, Setup: true}
+	// measured runs c with the counters of the Redis server (and of the
+	// proxy, when given) sampled around it.
+	measured := func(t *testing.T, c loadConfig, proxyAddr string, pid int) Result {
+		t.Helper()
+		s, err := newSampler([]string{srv.Addr()}, proxyAddr, pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.close()
+		res, err := run(ctx, c, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
 	for _, mode := range []string{"direct", "rlproxy"} {
 		t.Run(mode+"/grants", func(t *testing.T) {
 			c := load
@@ -260,15 +275,7 @@ func TestRunAgainstRedisAndProxy(t *testing.T) {
 			if mode == "rlproxy" {
 				c.Addr, proxyAddr = p.Addr(), p.Addr()
 			}
-			s, err := newSampler([]string{srv.Addr()}, proxyAddr, os.Getpid())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.close()
-			res, err := run(ctx, c, s)
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := measured(t, c, proxyAddr, os.Getpid())
 			if res.Requests == 0 || res.Granted != res.Requests || res.Errors != 0 || res.FirstError != "" {
 				t.Fatalf("%+v", res)
 			}
@@ -317,15 +324,7 @@ func TestRunAgainstRedisAndProxy(t *testing.T) {
 			if mode == "rlproxy" {
 				c.Addr = p.Addr()
 			}
-			s, err := newSampler([]string{srv.Addr()}, "", 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.close()
-			res, err := run(ctx, c, s)
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := measured(t, c, "", 0)
 			if res.Requests == 0 || res.Granted != res.Requests || res.Errors != 0 || !res.Ping {
 				t.Fatalf("%+v", res)
 			}
