@@ -89,7 +89,10 @@ func (rr *replyReader) decision() (int, error) {
 		rr.lastError = string(line[1:])
 		return failed, nil
 	case '+':
-		return granted, nil // PING's PONG (the --ping load): served
+		if string(line[1:]) == "PONG" {
+			return granted, nil // the --ping load: served
+		}
+		return failed, nil
 	default:
 		return failed, rr.skipRest(line)
 	}

@@ -78,8 +78,9 @@ func TestDecision(t *testing.T) {
 		"*3\r\n:1\r\n*2\r\n$2\r\nhi\r\n:5\r\n%1\r\n+a\r\n:1\r\n" + // nested values after the flag
 		":7\r\n" + // not an array
 		"*4\r\n:2\r\n:0\r\n:0\r\n:0\r\n" + // flag neither 0 nor 1
-		"+PONG\r\n") // the --ping load's reply
-	want := []int{granted, denied, failed, failed, granted, failed, failed, granted}
+		"+PONG\r\n" + // the --ping load's reply
+		"+OK\r\n") // any other status
+	want := []int{granted, denied, failed, failed, granted, failed, failed, granted, failed}
 	for i, w := range want {
 		got, err := rr.decision()
 		if err != nil {
