@@ -52,6 +52,8 @@ type guardedConn struct {
 	args int64 // arguments left in the current command
 	body int64 // bytes left of the current argument, with its CRLF
 	err  error // a protocol error to report at the next Read
+	// beforeError, when set, runs before the error is written.
+	beforeError func()
 }
 
 type frameState int
@@ -69,6 +71,9 @@ const (
 
 func (c *guardedConn) Read(p []byte) (int, error) {
 	if c.err != nil {
+		if c.beforeError != nil {
+			c.beforeError()
+		}
 		// Best effort: the connection is closed right after.
 		_, _ = c.Conn.Write([]byte("-ERR Protocol error: " + c.err.Error() + "\r\n"))
 		return 0, fmt.Errorf("%w: %w", errBadFrame, c.err)

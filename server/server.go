@@ -165,6 +165,9 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		cancel:  cancel,
 		conn:    conn.NetConn(),
 	}
+	if g, ok := c.conn.(*guardedConn); ok {
+		g.beforeError = c.pending.Wait // a reply on its way goes first
+	}
 	conn.SetContext(c)
 	s.stats.connections.Add(1)
 	s.mu.Lock()

@@ -786,15 +786,7 @@ func TestAsyncReply(t *testing.T) {
 	if got := b.do("ECHO", "x"); got != bulk("x") {
 		t.Errorf("other client meanwhile: %q", got)
 	}
-	if err := a.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.r.ReadByte(); err == nil {
-		t.Fatal("a reply came before T.ASYNC's was released")
-	}
-	if err := a.c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	a.quiet()
 	close(release)
 	for _, want := range []string{"+LATER\r\n", "+PONG\r\n"} {
 		if got := a.reply(); got != want {
@@ -818,6 +810,35 @@ func TestAsyncReply(t *testing.T) {
 	}
 	if got := a.do("INFO", "stats"); !strings.Contains(got, "recovered_panics:1\r\n") {
 		t.Errorf("INFO stats: %q", got)
+	}
+
+	// A protocol error waits for the reply on its way too.
+	release = make(chan struct{})
+	g := dial(t, startServer(t, Options{}, release))
+	g.send(encode("T.ASYNC"))
+	<-asyncStarted
+	g.send("*x\r\n")
+	g.quiet()
+	close(release)
+	for _, want := range []string{"+LATER\r\n", "-ERR Protocol error: invalid multibulk length\r\n"} {
+		if got := g.reply(); got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+	g.closed()
+}
+
+// quiet asserts that no reply comes for 100ms.
+func (r *raw) quiet() {
+	r.t.Helper()
+	if err := r.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
+		r.t.Fatal(err)
+	}
+	if b, err := r.r.ReadByte(); err == nil {
+		r.t.Fatalf("a reply came too early: %q...", b)
+	}
+	if err := r.c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		r.t.Fatal(err)
 	}
 }
 
