@@ -705,7 +705,7 @@ func TestGoneClientSpendsNothing(t *testing.T) {
 				t.Fatalf("second client's reply: %q", got)
 			}
 		}
-		time.Sleep(100 * time.Millisecond) // the second batch, and a give-back
+		time.Sleep(200 * time.Millisecond) // the second batch, and a give-back
 		if got := h.Do(t, "RL.AVAILABLE", key).Int(); got != want {
 			t.Errorf("stay=%v: RL.AVAILABLE %d, want %d", stay, got, want)
 		}
