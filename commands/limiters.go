@@ -124,8 +124,8 @@ func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string)
 			replies[i] = err
 			continue
 		}
-		req := sharding.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits}
-		if !r.Block && r.Timeout == 0 {
+		req := r.request(c)
+		if !r.waits() {
 			now, at = append(now, req), append(at, i)
 			continue
 		}
@@ -145,13 +145,21 @@ func (h *handlers) acquireAsync(ctx context.Context, c Caller, args []string, re
 	switch {
 	case err != nil:
 		reply(err)
-	case r.Block || r.Timeout != 0:
+	case r.waits():
 		return false
 	default:
-		req := sharding.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits}
-		h.l.AcquireAsync(ctx, req, func(o sharding.Outcome) { reply(acquireReply(o.Result, o.Err)) })
+		h.l.AcquireAsync(ctx, r.request(c), func(o sharding.Outcome) { reply(acquireReply(o.Result, o.Err)) })
 	}
 	return true
+}
+
+// waits reports whether the acquire may wait (TIMEOUT/BLOCK) rather than
+// decide now.
+func (r Acquire) waits() bool { return r.Block || r.Timeout != 0 }
+
+// request is the acquire as the caller c's request to the limiters.
+func (r Acquire) request(c Caller) sharding.Request {
+	return sharding.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits}
 }
 
 // acquireReply is RL.ACQUIRE's reply: [granted, remaining, retry_after_ms, reset_after_ms].

@@ -262,15 +262,23 @@ func argStrings(args [][]byte) []string {
 	return out
 }
 
-// batchable returns the batch handler for a call that may join a batch:
-// a known command with one, from an authenticated client, with the right
-// arity (anything else takes the ordinary path and its error).
-func (s *Server) batchable(c *client, args []string) commands.BatchHandler {
+// runnable returns the command of a call that may skip the ordinary path
+// (batch, async): a known command, from an authenticated client, with the
+// right arity. Anything else takes the ordinary path and its error.
+func (s *Server) runnable(c *client, args []string) *commands.Command {
 	cmd := s.table.Lookup(args[0])
-	if cmd == nil || cmd.Batch == nil || !c.authed || !cmd.ArityOK(len(args)) {
+	if cmd == nil || !c.authed || !cmd.ArityOK(len(args)) {
 		return nil
 	}
-	return cmd.Batch
+	return cmd
+}
+
+// batchable returns the batch handler of a call that may join a batch.
+func (s *Server) batchable(c *client, args []string) commands.BatchHandler {
+	if cmd := s.runnable(c, args); cmd != nil {
+		return cmd.Batch
+	}
+	return nil
 }
 
 // callAsync starts a lone call of a command with an async handler: the
@@ -281,8 +289,8 @@ func (s *Server) batchable(c *client, args []string) commands.BatchHandler {
 // for the reply to be out (handle). It returns false when the call takes
 // the ordinary path.
 func (s *Server) callAsync(c *client, args []string) (started bool) {
-	cmd := s.table.Lookup(args[0])
-	if cmd == nil || cmd.Async == nil || !c.authed || !cmd.ArityOK(len(args)) {
+	cmd := s.runnable(c, args)
+	if cmd == nil || cmd.Async == nil {
 		return false
 	}
 	var once sync.Once // a handler that panics after replying must not reply twice
