@@ -296,8 +296,10 @@ func (s *Server) callAsync(c *client, args []string) (started bool) {
 	var once sync.Once // a handler that panics after replying must not reply twice
 	reply := func(v any) {
 		once.Do(func() {
+			// c.buf is free: handle waits for this reply before using it.
+			c.buf = appendReply(c.buf[:0], v, c.proto)
 			// A write error means the client is gone: its reader sees it too.
-			c.conn.Write(appendReply(nil, v, c.proto)) //nolint:errcheck
+			c.conn.Write(c.buf) //nolint:errcheck
 			s.opts.Poller.End()
 			c.pending.Done()
 		})
