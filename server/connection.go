@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,10 +140,12 @@ func (s *Server) hello(c *client, args []string) (any, error) {
 	if !c.authed {
 		return nil, fmt.Errorf("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 	}
+	c.mu.Lock()
 	c.proto = proto
 	if named {
 		c.name = name
 	}
+	c.mu.Unlock()
 	return commands.Map{
 		"server", "redis",
 		"version", redisVersion,
@@ -186,7 +190,10 @@ func (s *Server) selectDB(_ *client, args []string) (any, error) {
 }
 
 func (s *Server) reset(c *client, _ []string) (any, error) {
-	c.proto, c.name, c.authed = 2, "", s.opts.RequirePass == ""
+	c.mu.Lock()
+	c.proto, c.name, c.libName, c.libVer = 2, "", "", ""
+	c.mu.Unlock()
+	c.authed = s.opts.RequirePass == ""
 	return commands.Status("RESET"), nil
 }
 
@@ -204,32 +211,107 @@ func (s *Server) clientSetName(c *client, args []string) (any, error) {
 	if err := validName(args[2]); err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
 	c.name = args[2]
+	c.mu.Unlock()
 	return commands.OK, nil
 }
 
 func (s *Server) clientSetInfo(c *client, args []string) (any, error) {
-	switch strings.ToUpper(args[2]) {
-	case "LIB-NAME", "LIB-VER":
-		c.lib = strings.TrimSpace(c.lib + " " + args[3])
-		return commands.OK, nil
+	attr, value := strings.ToLower(args[2]), args[3]
+	if attr != "lib-name" && attr != "lib-ver" {
+		return nil, fmt.Errorf("Unrecognized option '%s'", quoteArg(args[2]))
 	}
-	return nil, fmt.Errorf("Unrecognized option '%s'", quoteArg(args[2]))
+	if validName(value) != nil {
+		return nil, fmt.Errorf("%s cannot contain spaces, newlines or special characters.", attr)
+	}
+	c.mu.Lock()
+	if attr == "lib-name" {
+		c.libName = value
+	} else {
+		c.libVer = value
+	}
+	c.mu.Unlock()
+	return commands.OK, nil
 }
 
+// seen records the connection's latest command and when it came, for
+// CLIENT INFO's cmd= and idle=.
+func (s *Server) seen(c *client, args []string) {
+	cmd, sub := s.table.Lookup(args[0]), (*commands.Command)(nil)
+	if cmd != nil && len(cmd.Sub) > 0 && len(args) > 1 {
+		sub = cmd.SubCommand(args[1])
+	}
+	now := time.Now()
+	c.mu.Lock()
+	c.lastAt, c.lastCmd, c.lastSub = now, cmd, sub
+	c.mu.Unlock()
+}
+
+// describe is the connection's line of CLIENT INFO and CLIENT LIST, with
+// Redis's fields in Redis's order so that client libraries parse it
+// (redis-py converts the numeric ones with int()). The fields about
+// Redis's own buffers, databases and pub/sub are constant: rlproxy has
+// none of these; fd is -1.
 func (s *Server) describe(c *client) string {
-	return fmt.Sprintf("id=%d addr=%s name=%s age=%d resp=%d lib=%s",
-		c.id, c.addr, c.name, int(time.Since(c.created).Seconds()), c.proto, strings.ReplaceAll(c.lib, " ", "/"))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cmd := "NULL"
+	if c.lastCmd != nil {
+		cmd = strings.ToLower(c.lastCmd.Name)
+		if c.lastSub != nil {
+			cmd += "|" + strings.ToLower(c.lastSub.Name)
+		}
+	}
+	now := time.Now()
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 "+
+		"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s",
+		c.id, c.addr, c.laddr, c.name, int(now.Sub(c.created).Seconds()), int(now.Sub(c.lastAt).Seconds()),
+		cmd, c.proto, c.libName, c.libVer)
 }
 
-func (s *Server) clientList(*client, []string) (any, error) {
+// clientList answers CLIENT LIST [TYPE type] [ID id ...], in id order
+// like Redis. Every rlproxy client is of type normal.
+func (s *Server) clientList(_ *client, args []string) (any, error) {
+	all, ids := true, map[int64]bool(nil)
+	for i := 2; i < len(args); i++ {
+		switch {
+		case strings.EqualFold(args[i], "TYPE") && i+1 < len(args):
+			switch t := strings.ToLower(args[i+1]); t {
+			case "normal":
+			case "master", "replica", "slave", "pubsub":
+				all = false
+			default:
+				return nil, fmt.Errorf("Unknown client type '%s'", quoteArg(args[i+1]))
+			}
+			i++
+		case strings.EqualFold(args[i], "ID") && i+1 < len(args):
+			ids = map[int64]bool{}
+			for i++; i < len(args); i++ {
+				id, err := strconv.ParseInt(args[i], 10, 64)
+				if err != nil || id <= 0 {
+					return nil, fmt.Errorf("Invalid client ID")
+				}
+				ids[id] = true
+			}
+		default:
+			return nil, fmt.Errorf("syntax error")
+		}
+	}
 	s.mu.Lock()
+	var list []*client
+	for id, c := range s.clients {
+		if all && (ids == nil || ids[id]) {
+			list = append(list, c)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(list, func(a, b *client) int { return cmp.Compare(a.id, b.id) })
 	var b strings.Builder
-	for _, c := range s.clients {
+	for _, c := range list {
 		b.WriteString(s.describe(c))
 		b.WriteString("\n")
 	}
-	s.mu.Unlock()
 	return b.String(), nil
 }
 

@@ -110,10 +110,19 @@ func (s *Server) Close() error {
 type client struct {
 	id      int64
 	addr    string
+	laddr   string
 	created time.Time
+	// mu guards what other connections read (CLIENT LIST): the
+	// connection's own goroutine writes these under it and reads them
+	// without it.
+	mu      sync.Mutex
 	name    string
-	lib     string // CLIENT SETINFO LIB-NAME / LIB-VER
+	libName string // CLIENT SETINFO LIB-NAME
+	libVer  string // CLIENT SETINFO LIB-VER
 	proto   int    // 2 or 3
+	lastAt  time.Time
+	lastCmd *commands.Command // with lastSub: the latest command, for CLIENT INFO cmd=
+	lastSub *commands.Command
 	authed  bool
 	quit    bool
 	buf     []byte           // replies of the pipeline being answered
@@ -155,10 +164,13 @@ func (c *client) Watch(parent context.Context) (context.Context, context.CancelF
 
 func (s *Server) accept(conn redcon.Conn) bool {
 	ctx, cancel := context.WithCancel(context.Background())
+	now := time.Now()
 	c := &client{
 		id:      s.nextID.Add(1),
 		addr:    conn.RemoteAddr(),
-		created: time.Now(),
+		laddr:   conn.NetConn().LocalAddr().String(),
+		created: now,
+		lastAt:  now,
 		proto:   2,
 		authed:  s.opts.RequirePass == "",
 		ctx:     ctx,
@@ -211,6 +223,7 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		calls = append(calls, argStrings(cmd.Args))
 	}
 	c.calls = calls
+	s.seen(c, calls[len(calls)-1])
 	defer func() {
 		clear(c.cmds) // no reference into redcon's buffer outlives the call
 		clear(c.calls)

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -474,8 +475,10 @@ func TestClientCommands(t *testing.T) {
 	}
 	id := strings.TrimSpace(idReply[1:])
 	for _, st := range []struct{ args, want string }{
-		{"CLIENT SETINFO LIB-NAME go-redis(,go1.26)", "+OK\r\n"},
+		{"CLIENT SETINFO LIB-NAME old-name", "+OK\r\n"},
+		{"CLIENT SETINFO LIB-NAME go-redis(,go1.26)", "+OK\r\n"}, // replaces
 		{"CLIENT SETINFO lib-ver 9.23.0", "+OK\r\n"},
+		{"CLIENT SETINFO lib-ver 9.é", "-ERR lib-ver cannot contain spaces, newlines or special characters.\r\n"},
 		{"CLIENT SETINFO color blue", "-ERR Unrecognized option 'color'\r\n"},
 		{"CLIENT SETINFO LIB-NAME", "-ERR wrong number of arguments for 'client|setinfo' command\r\n"},
 		{"CLIENT NO-EVICT on", "+OK\r\n"},
@@ -485,15 +488,42 @@ func TestClientCommands(t *testing.T) {
 			t.Errorf("%s: %q, want %q", st.args, got, st.want)
 		}
 	}
-	info := c.do("CLIENT", "INFO")
-	for _, want := range []string{"id=" + id + " ", "name=app-1 ", "resp=2 ", "lib=go-redis(,go1.26)/9.23.0", "addr=127.0.0.1:"} {
-		if !strings.Contains(info, want) {
-			t.Errorf("CLIENT INFO %q lacks %q", info, want)
+	info := clientFields(t, c.do("CLIENT", "INFO"))
+	for k, want := range map[string]string{"id": id, "name": "app-1", "resp": "2", "lib-name": "go-redis(,go1.26)",
+		"lib-ver": "9.23.0", "cmd": "client|info", "idle": "0", "flags": "N", "db": "0", "multi": "-1"} {
+		if info[k] != want {
+			t.Errorf("CLIENT INFO %s=%q, want %q (%v)", k, info[k], want, info)
 		}
 	}
+	if !strings.HasPrefix(info["addr"], "127.0.0.1:") || info["laddr"] != s.Addr() {
+		t.Errorf("CLIENT INFO addr=%q laddr=%q, want 127.0.0.1:port and %s", info["addr"], info["laddr"], s.Addr())
+	}
+	// Client libraries convert these with int() (redis-py's client_info).
+	for _, k := range []string{"id", "age", "idle", "db", "sub", "psub", "multi", "qbuf", "qbuf-free", "obl", "argv-mem", "oll", "omem", "tot-mem"} {
+		if _, err := strconv.Atoi(info[k]); err != nil {
+			t.Errorf("CLIENT INFO %s=%q is not an integer", k, info[k])
+		}
+	}
+
 	list := c.do("CLIENT", "LIST")
-	if !strings.Contains(list, "name=app-1 ") || !strings.Contains(list, "name=other ") || strings.Count(list, "id=") != 2 {
-		t.Errorf("CLIENT LIST: %q", list)
+	if !strings.Contains(list, " name=app-1 ") || !strings.Contains(list, " name=other ") || strings.Count(list, "id=") != 2 ||
+		strings.Index(list, "id="+id+" ") > strings.Index(list, "id="+otherID[1:len(otherID)-2]+" ") {
+		t.Errorf("CLIENT LIST (two clients, in id order): %q", list)
+	}
+	if got := c.do("CLIENT", "LIST", "ID", id); strings.Count(got, "id=") != 1 || !strings.Contains(got, " name=app-1 ") {
+		t.Errorf("CLIENT LIST ID %s: %q", id, got)
+	}
+	for _, st := range []struct{ args, want string }{
+		{"CLIENT LIST TYPE normal", list},
+		{"CLIENT LIST TYPE pubsub", bulk("")},
+		{"CLIENT LIST TYPE nobody", "-ERR Unknown client type 'nobody'\r\n"},
+		{"CLIENT LIST ID x", "-ERR Invalid client ID\r\n"},
+		{"CLIENT LIST ID 999999", bulk("")},
+		{"CLIENT LIST sideways", "-ERR syntax error\r\n"},
+	} {
+		if got := c.do(strings.Fields(st.args)...); got != st.want {
+			t.Errorf("%s: %q, want %q", st.args, got, st.want)
+		}
 	}
 	help := c.do("CLIENT", "HELP")
 	if !strings.HasPrefix(help, "*") || !strings.Contains(help, "SETNAME") {
@@ -1077,5 +1107,54 @@ func TestCloseBeforeServe(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
 		t.Error("still accepting after Close")
+	}
+}
+
+// clientFields parses a CLIENT INFO reply (a bulk string of one line of
+// key=value fields).
+func clientFields(t *testing.T, reply string) map[string]string {
+	t.Helper()
+	_, line, ok := strings.Cut(strings.TrimSuffix(reply, "\r\n"), "\r\n")
+	if !ok || !strings.HasSuffix(line, "\n") {
+		t.Fatalf("CLIENT INFO reply %q is not one line in a bulk string", reply)
+	}
+	fields := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			t.Fatalf("CLIENT INFO field %q has no '=': %q", f, line)
+		}
+		fields[k] = v
+	}
+	return fields
+}
+
+// CLIENT LIST reads other connections' names, library and protocol while
+// they change them (run with -race).
+func TestClientListWhileOthersChange(t *testing.T) {
+	s := startServer(t, Options{}, nil)
+	lister, changer := dial(t, s), dial(t, s)
+	const rounds = 200
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range rounds {
+			n := strconv.Itoa(i)
+			changer.send(encode("CLIENT", "SETNAME", "n"+n) + encode("CLIENT", "SETINFO", "LIB-VER", n) + encode("HELLO", strconv.Itoa(2+i%2)))
+			for range 3 {
+				changer.reply()
+			}
+		}
+	}()
+	for range rounds {
+		if got := lister.do("CLIENT", "LIST"); strings.Count(got, "id=") != 2 {
+			t.Fatalf("CLIENT LIST: %q", got)
+		}
+	}
+	wg.Wait()
+	last := strconv.Itoa(rounds - 1)
+	if got := lister.do("CLIENT", "LIST"); !strings.Contains(got, " name=n"+last+" ") || !strings.Contains(got, " lib-ver="+last+"\n") {
+		t.Errorf("CLIENT LIST after the changes: %q", got)
 	}
 }
