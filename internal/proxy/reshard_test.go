@@ -39,7 +39,10 @@ import (
 //     go-redis reloads the slot map.
 //
 // A busy sub-limiter has its state key (its bucket is not full), so it
-// never meets TRYAGAIN. An idle one (config, no state: a full token
+// never meets TRYAGAIN. The rate is low enough that 8 clients keep every
+// shard's bucket empty even on a slow, shared machine: a shard whose
+// load fell below its rate would refill within milliseconds of a grant,
+// its state key expiring with it. An idle one (config, no state: a full token
 // bucket keeps none) does, for as long as its slot is between MIGRATING
 // and NODE: go-redis retries TRYAGAIN 3 times (30..170ms in all), the
 // proxy tries twice (fast path, then full path), then the client gets
@@ -55,7 +58,7 @@ func TestReshardMovesSubLimiterUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	const rate, shards, shard = 2000, 4, 1
+	const rate, shards, shard = 400, 4, 1
 	h.Do(t, "RL.SETRATE", "k", rate, "1s", "SHARDS", shards).Equal(int64(1))
 	cfgKey := fmt.Sprintf("rl:{k:%d}:c", shard)
 	cc := cluster.Client(t)
