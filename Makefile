@@ -11,12 +11,24 @@ run:
 
 test: deps check unit fuzz
 
+# Redis, and the client libraries of the other-language checks
+# (internal/proxy/testdata/clients): redis-py from Debian, ioredis and
+# node-redis from npm (they need Node.js 20 or later).
+NODE_CHECKS := internal/proxy/testdata/clients/node
+
 deps:
-	@if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v redis-benchmark >/dev/null; then \
-		echo "installing redis-server and redis-tools"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools; \
+	@pkgs=""; \
+	command -v redis-server >/dev/null || pkgs="$$pkgs redis-server"; \
+	{ command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null; } || pkgs="$$pkgs redis-tools"; \
+	{ python3 -c 'import redis' 2>/dev/null || /usr/bin/python3 -c 'import redis' 2>/dev/null; } || pkgs="$$pkgs python3-redis"; \
+	if [ -n "$$pkgs" ]; then \
+		echo "installing$$pkgs"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$pkgs; \
 	fi
 	@redis-server --version
+	@command -v node >/dev/null || { echo "deps: Node.js 20 or later is needed for the client checks in $(NODE_CHECKS)"; exit 1; }
+	@[ $(NODE_CHECKS)/node_modules/.package-lock.json -nt $(NODE_CHECKS)/package-lock.json ] || \
+		(cd $(NODE_CHECKS) && npm ci --no-audit --no-fund --loglevel=error)
 
 check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi

@@ -1,13 +1,18 @@
 package proxy
 
 // Any Redis client works with rlproxy: go-redis over RESP3 (its default,
-// opening with HELLO 3) and RESP2, redis-cli one-shot and interactive, and
-// redis-benchmark.
+// opening with HELLO 3) and RESP2, redis-cli one-shot and interactive,
+// redis-benchmark, and the Node.js and Python clients of testdata/clients.
 
 import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/commands"
@@ -189,4 +194,67 @@ func TestRedisBenchmark(t *testing.T) {
 	}
 	h.Do(t, "RL.AVAILABLE", "bench").Int()
 	h.Do(t, "PING").Equal("PONG")
+}
+
+// TestOtherClients runs one application's session (testdata/clients)
+// through the clients of other languages: ioredis and node-redis, each
+// over RESP2 and RESP3 (both open with HELLO), and redis-py (RESP2). The
+// scripts check every reply; `make deps` installs the libraries (npm ci,
+// and Debian's python3-redis).
+func TestOtherClients(t *testing.T) {
+	h := start(t)
+	node := nodeChecks(t)
+	python := pythonWithRedis(t)
+	type session struct {
+		name, dir string // dir: under testdata/clients
+		cmd       []string
+	}
+	var sessions []session
+	for _, lib := range []string{"ioredis", "node-redis"} {
+		for _, resp := range []string{"2", "3"} {
+			sessions = append(sessions, session{lib + " RESP" + resp, "node", []string{node, "check.mjs", lib, h.port(), resp}})
+		}
+	}
+	sessions = append(sessions, session{"redis-py", "python", []string{python, "check.py", h.port()}})
+	for i, s := range sessions {
+		t.Run(s.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			prefix := "c" + strconv.Itoa(i) + ":" // each session its own limiters
+			cmd := exec.CommandContext(ctx, s.cmd[0], append(s.cmd[1:], prefix)...)
+			cmd.Dir = filepath.Join("testdata", "clients", s.dir)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "ok ") {
+				t.Fatalf("%s: %v\n%s", strings.Join(s.cmd, " "), err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
+
+// nodeChecks returns the node binary, once the Node.js checks' libraries
+// are installed.
+func nodeChecks(t *testing.T) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node not found on PATH (%v): the client checks need Node.js 20 or later", err)
+	}
+	if _, err := os.Stat(filepath.Join("testdata", "clients", "node", "node_modules", "ioredis")); err != nil {
+		t.Fatalf("the Node.js client libraries are not installed (%v): run `make deps` (npm ci in testdata/clients/node)", err)
+	}
+	return node
+}
+
+// pythonWithRedis returns a Python that can import redis-py: the one on
+// PATH, or Debian's, which python3-redis installs into.
+func pythonWithRedis(t *testing.T) string {
+	t.Helper()
+	for _, py := range []string{"python3", "/usr/bin/python3"} {
+		if exec.Command(py, "-c", "import redis").Run() == nil {
+			return py
+		}
+	}
+	t.Fatal("no python3 can import redis-py: run `make deps` (apt-get install python3-redis)")
+	return ""
 }
