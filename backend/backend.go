@@ -22,6 +22,8 @@ type Options struct {
 	Backends []string
 	// Cluster are seed URLs of a Redis Cluster (exclusive with Backends).
 	Cluster []string
+	// TLS completes the TLS config of rediss:// URLs.
+	TLS TLSFiles
 	// Timeout bounds each dial, read and write (defaults to 500ms).
 	Timeout time.Duration
 	// PoolSize is the connections per node (0 = go-redis default).

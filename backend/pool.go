@@ -26,10 +26,14 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 500 * time.Millisecond
 	}
+	tlsSetup, err := o.TLS.load()
+	if err != nil {
+		return nil, err
+	}
 	p := &Pool{}
 	switch {
 	case len(o.Cluster) > 0:
-		c, err := clusterClient(o)
+		c, err := clusterClient(o, tlsSetup)
 		if err != nil {
 			return nil, err
 		}
@@ -41,6 +45,7 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 			if err != nil {
 				return nil, fmt.Errorf("backend %q: %w", u, err)
 			}
+			tlsSetup.apply(opt.TLSConfig)
 			applyTimeouts(opt, o)
 			c := redis.NewClient(opt)
 			n := &Node{name: opt.Addr, client: c, timeout: o.Timeout, pipelined: true}
@@ -95,7 +100,7 @@ func pollingDialer(opt *redis.Options, p *busypoll.Poller) func(context.Context,
 	}
 }
 
-func clusterClient(o Options) (*redis.ClusterClient, error) {
+func clusterClient(o Options, t tlsSetup) (*redis.ClusterClient, error) {
 	var copt *redis.ClusterOptions
 	for _, u := range o.Cluster {
 		opt, err := redis.ParseURL(u)
@@ -108,6 +113,7 @@ func clusterClient(o Options) (*redis.ClusterClient, error) {
 				Password:  opt.Password,
 				TLSConfig: opt.TLSConfig,
 			}
+			t.apply(copt.TLSConfig)
 		}
 		copt.Addrs = append(copt.Addrs, opt.Addr)
 	}

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +40,19 @@ type Config struct {
 	// (Optional) redis:// or rediss:// seed URLs of one Redis Cluster.
 	// Mutually exclusive with Backends. Defaults to empty.
 	Cluster []string `mapstructure:"cluster"`
+
+	// (Optional) PEM file of the certificate authorities that sign the
+	// rediss:// backends' certificates, for servers whose certificates a
+	// system root does not sign (self-hosted Redis with TLS). Empty means
+	// the system's roots. Needs a rediss:// URL. Defaults to "".
+	BackendTLSCAFile string `mapstructure:"backend_tls_ca_file"`
+
+	// (Optional) PEM files of the client certificate and its key that
+	// rlproxy presents to rediss:// backends which require one (Redis's
+	// tls-auth-clients). Set both or neither. Need a rediss:// URL.
+	// Default to "".
+	BackendTLSCertFile string `mapstructure:"backend_tls_cert_file"`
+	BackendTLSKeyFile  string `mapstructure:"backend_tls_key_file"`
 
 	// (Optional) Password clients must send with AUTH before any other
 	// command. Empty disables authentication. Defaults to "".
@@ -163,6 +178,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, checkURLs("backends", c.Backends, false)...)
 	errs = append(errs, checkURLs("cluster", c.Cluster, true)...)
+	errs = append(errs, c.checkBackendTLS()...)
 
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		bad("key_prefix must not contain '{' or '}' (got %q)", c.KeyPrefix)
@@ -211,6 +227,37 @@ func (c Config) Validate() error {
 	}
 
 	return errors.Join(errs...)
+}
+
+// checkBackendTLS checks the backend_tls_* files: they exist, the
+// certificate comes with its key, and some backend uses TLS (rediss://),
+// so that a file meant for TLS is never silently unused.
+func (c Config) checkBackendTLS() []error {
+	var errs []error
+	files := []struct{ key, path string }{
+		{"backend_tls_ca_file", c.BackendTLSCAFile},
+		{"backend_tls_cert_file", c.BackendTLSCertFile},
+		{"backend_tls_key_file", c.BackendTLSKeyFile},
+	}
+	set := false
+	for _, f := range files {
+		if f.path == "" {
+			continue
+		}
+		set = true
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("config: %s: %v", f.key, err))
+		}
+	}
+	if (c.BackendTLSCertFile == "") != (c.BackendTLSKeyFile == "") {
+		errs = append(errs, fmt.Errorf("config: backend_tls_cert_file and backend_tls_key_file go together: set both or neither"))
+	}
+	if set && !slices.ContainsFunc(append(slices.Clone(c.Backends), c.Cluster...), func(u string) bool {
+		return strings.HasPrefix(u, "rediss://")
+	}) {
+		errs = append(errs, fmt.Errorf("config: backend_tls_* files are set but no backend or cluster URL uses TLS (rediss://)"))
+	}
+	return errs
 }
 
 // checkAddr accepts "host:port" and ":port" with a numeric port.

@@ -340,6 +340,27 @@ func TestValidate(t *testing.T) {
 			c.Backends = []string{"redis://a:6379"}
 			c.Cluster = []string{"redis://b:7000"}
 		}, "config: backends and cluster are mutually exclusive"},
+		{"backend TLS files with rediss", func(c *Config) {
+			c.Backends = []string{"redis://a:6379", "rediss://b:6380"}
+			c.BackendTLSCAFile, c.BackendTLSCertFile, c.BackendTLSKeyFile = "config.go", "config.go", "load.go"
+		}, ""},
+		{"backend TLS CA for a TLS cluster", func(c *Config) {
+			c.Cluster, c.BackendTLSCAFile = []string{"rediss://a:7000"}, "config.go"
+		}, ""},
+		{"backend TLS files without rediss", func(c *Config) {
+			c.Backends, c.BackendTLSCAFile = []string{"redis://a:6379"}, "config.go"
+		}, "config: backend_tls_* files are set but no backend or cluster URL uses TLS (rediss://)"},
+		{"backend TLS files with the embedded backend", func(c *Config) { c.BackendTLSCAFile = "config.go" },
+			"no backend or cluster URL uses TLS"},
+		{"backend TLS cert without key", func(c *Config) {
+			c.Backends, c.BackendTLSCertFile = []string{"rediss://a:6379"}, "config.go"
+		}, "config: backend_tls_cert_file and backend_tls_key_file go together"},
+		{"backend TLS key without cert", func(c *Config) {
+			c.Backends, c.BackendTLSKeyFile = []string{"rediss://a:6379"}, "config.go"
+		}, "backend_tls_cert_file and backend_tls_key_file go together"},
+		{"backend TLS CA file missing", func(c *Config) {
+			c.Backends, c.BackendTLSCAFile = []string{"rediss://a:6379"}, "no/such/ca.pem"
+		}, "config: backend_tls_ca_file: stat no/such/ca.pem: no such file or directory"},
 		{"key_prefix open brace", func(c *Config) { c.KeyPrefix = "rl:{x" }, `config: key_prefix must not contain '{' or '}' (got "rl:{x")`},
 		{"key_prefix close brace", func(c *Config) { c.KeyPrefix = "}" }, "config: key_prefix"},
 		{"key_prefix empty", func(c *Config) { c.KeyPrefix = "" }, ""},

@@ -36,6 +36,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	pool, err := backend.Open(ctx, backend.Options{
 		Backends: cfg.Backends,
 		Cluster:  cfg.Cluster,
+		TLS:      backend.TLSFiles{CAFile: cfg.BackendTLSCAFile, CertFile: cfg.BackendTLSCertFile, KeyFile: cfg.BackendTLSKeyFile},
 		Timeout:  cfg.BackendTimeout,
 		PoolSize: cfg.PoolSize,
 		Scripts:  scripts.All(),

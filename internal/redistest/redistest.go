@@ -50,15 +50,25 @@ const (
 type Option func(*options)
 
 type options struct {
-	password string
-	args     []string
-	cluster  bool // run as a cluster node (used by StartCluster)
+	password  string
+	args      []string
+	cluster   bool // run as a cluster node (used by StartCluster)
+	tls       bool
+	tlsClient bool // TLS clients must present a certificate
 }
 
 // WithPassword starts the server with --requirepass pw. Client and URL include
 // the password.
 func WithPassword(pw string) Option {
 	return func(o *options) { o.password = pw }
+}
+
+// WithTLS adds a TLS port to the plain one (which Client and URL keep
+// using): TLSURL, with a certificate for 127.0.0.1 signed by a throwaway
+// CA (TLSFiles). With clientCerts, TLS clients must present a certificate
+// that CA signed (tls-auth-clients yes).
+func WithTLS(clientCerts bool) Option {
+	return func(o *options) { o.tls, o.tlsClient = true, clientCerts }
 }
 
 // WithArgs appends extra redis-server arguments, e.g.
@@ -75,6 +85,9 @@ type Server struct {
 	dir     string // temporary working directory (holds the log)
 	port    int    // fixed once StartServer returns; reused by Restart
 	busPort int    // cluster bus port; 0 unless this is a cluster node
+	tlsPort int    // 0 unless WithTLS
+	tls     TLSFiles
+	tlsArgs []string // the server's certificate options
 
 	mu   sync.Mutex
 	proc *process // running process; nil after Stop
@@ -109,6 +122,15 @@ func startServer(t testing.TB, o options) *Server {
 			t.Errorf("redistest: cleanup: %v", err)
 		}
 	})
+	if o.tls {
+		files, cert, key, err := writeTLSFiles(s.dir)
+		if err != nil {
+			t.Fatalf("redistest: TLS files: %v", err)
+		}
+		authClients := map[bool]string{true: "yes", false: "no"}[o.tlsClient]
+		s.tls, s.tlsArgs = files, []string{"--tls-cert-file", cert, "--tls-key-file", key,
+			"--tls-ca-cert-file", files.CA, "--tls-auth-clients", authClients}
+	}
 	if err := s.start(false); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
@@ -129,6 +151,19 @@ func (s *Server) URL() string {
 	}
 	return u.String()
 }
+
+// TLSURL returns "rediss://127.0.0.1:tlsport" (with the password, if
+// any) of a WithTLS server.
+func (s *Server) TLSURL() string {
+	u := url.URL{Scheme: "rediss", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))}
+	if s.opts.password != "" {
+		u.User = url.UserPassword("", s.opts.password)
+	}
+	return u.String()
+}
+
+// TLSFiles returns the CA and client certificate files of a WithTLS server.
+func (s *Server) TLSFiles() TLSFiles { return s.tls }
 
 // Client returns a new go-redis client for the server (with its password, if
 // any). It is closed when the test finishes.
@@ -238,12 +273,16 @@ func (s *Server) startLocked(keepPort bool) error {
 	return fmt.Errorf("could not start redis-server (attempt %d of %d): %w%s", attempt, startAttempts, err, s.logTail())
 }
 
-// pickPorts chooses a free port (and a second one for the cluster bus, so we
-// do not depend on port+10000 being free) by listening on 127.0.0.1:0.
+// pickPorts chooses a free port (and one for the cluster bus, so we do not
+// depend on port+10000 being free, and one for TLS) by listening on
+// 127.0.0.1:0.
 func (s *Server) pickPorts() error {
 	n := 1
 	if s.opts.cluster {
-		n = 2
+		n++
+	}
+	if s.opts.tls {
+		n++
 	}
 	var ports []int
 	for range n {
@@ -255,9 +294,12 @@ func (s *Server) pickPorts() error {
 		defer l.Close()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	s.port = ports[0]
+	s.port, ports = ports[0], ports[1:]
 	if s.opts.cluster {
-		s.busPort = ports[1]
+		s.busPort, ports = ports[0], ports[1:]
+	}
+	if s.opts.tls {
+		s.tlsPort = ports[0]
 	}
 	return nil
 }
@@ -273,6 +315,9 @@ func (s *Server) args() []string {
 	}
 	if s.opts.password != "" {
 		args = append(args, "--requirepass", s.opts.password)
+	}
+	if s.opts.tls {
+		args = append(append(args, "--tls-port", strconv.Itoa(s.tlsPort)), s.tlsArgs...)
 	}
 	if s.opts.cluster {
 		args = append(args,

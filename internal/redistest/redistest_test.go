@@ -2,9 +2,12 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"syscall"
@@ -223,5 +226,45 @@ func TestCluster(t *testing.T) {
 	}
 	if len(owners) < 2 {
 		t.Errorf("20 hash tags landed on %d node(s) %v, want >= 2", len(owners), owners)
+	}
+}
+
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	s := StartServer(t, WithTLS(true), WithPassword("pw"))
+	files := s.TLSFiles()
+	opt, err := redis.ParseURL(s.TLSURL())
+	if err != nil || opt.TLSConfig == nil || opt.Password != "pw" {
+		t.Fatalf("TLSURL() = %q: %+v, %v; want rediss:// with the password", s.TLSURL(), opt, err)
+	}
+	pem, err := os.ReadFile(files.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.TLSConfig.RootCAs = x509.NewCertPool()
+	opt.TLSConfig.RootCAs.AppendCertsFromPEM(pem)
+	dial := func(withCert bool) error {
+		o := *opt
+		o.TLSConfig = opt.TLSConfig.Clone()
+		if withCert {
+			cert, err := tls.LoadX509KeyPair(files.ClientCert, files.ClientKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.TLSConfig.Certificates = []tls.Certificate{cert}
+		}
+		c := redis.NewClient(&o)
+		defer c.Close()
+		return c.Ping(ctx(t)).Err()
+	}
+	if err := dial(true); err != nil {
+		t.Errorf("TLS with the client certificate: %v", err)
+	}
+	if err := dial(false); err == nil {
+		t.Error("TLS without a client certificate worked; the server requires one")
+	}
+	// The plain port still answers, for Client and the readiness check.
+	if err := s.Client(t).Ping(ctx(t)).Err(); err != nil {
+		t.Errorf("plain port: %v", err)
 	}
 }
