@@ -28,7 +28,7 @@ deps:
 	@redis-server --version
 	@command -v node >/dev/null || { echo "deps: Node.js 20 or later is needed for the client checks in $(NODE_CHECKS)"; exit 1; }
 	@[ $(NODE_CHECKS)/node_modules/.package-lock.json -nt $(NODE_CHECKS)/package-lock.json ] || \
-		(cd $(NODE_CHECKS) && npm ci --no-audit --no-fund --loglevel=error)
+		(cd $(NODE_CHECKS) && { npm ci --no-audit --no-fund --loglevel=error || { sleep 5; npm ci --no-audit --no-fund --loglevel=error; }; })
 
 check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi

@@ -191,7 +191,7 @@ func (s *Server) selectDB(_ *client, args []string) (any, error) {
 
 func (s *Server) reset(c *client, _ []string) (any, error) {
 	c.mu.Lock()
-	c.proto, c.name, c.libName, c.libVer = 2, "", "", ""
+	c.proto, c.name = 2, "" // the library stays: it is still the one behind the connection (as in Redis)
 	c.mu.Unlock()
 	c.authed = s.opts.RequirePass == ""
 	return commands.Status("RESET"), nil

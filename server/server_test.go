@@ -550,6 +550,10 @@ func TestClientCommands(t *testing.T) {
 	if got := c.do("CLIENT", "GETNAME"); got != "$-1\r\n" {
 		t.Errorf("GETNAME after RESET: %q (want a RESP2 null)", got)
 	}
+	// The library is still the one behind the connection.
+	if info := clientFields(t, c.do("CLIENT", "INFO")); info["resp"] != "2" || info["name"] != "" || info["lib-name"] != "go-redis(,go1.26)" {
+		t.Errorf("CLIENT INFO after RESET: resp=%s name=%s lib-name=%s; want 2, empty, the library", info["resp"], info["name"], info["lib-name"])
+	}
 }
 
 func TestCommandIntrospection(t *testing.T) {

@@ -127,7 +127,10 @@ func startServer(t testing.TB, o options) *Server {
 		if err != nil {
 			t.Fatalf("redistest: TLS files: %v", err)
 		}
-		authClients := map[bool]string{true: "yes", false: "no"}[o.tlsClient]
+		authClients := "no"
+		if o.tlsClient {
+			authClients = "yes"
+		}
 		s.tls, s.tlsArgs = files, []string{"--tls-cert-file", cert, "--tls-key-file", key,
 			"--tls-ca-cert-file", files.CA, "--tls-auth-clients", authClients}
 	}
