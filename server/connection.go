@@ -236,15 +236,16 @@ func (s *Server) clientSetInfo(c *client, args []string) (any, error) {
 }
 
 // seen records the connection's latest command and when it came, for
-// CLIENT INFO's cmd= and idle=.
+// CLIENT INFO's cmd= and idle=. It runs for every request, so it keeps
+// the words as they came: describe looks them up.
 func (s *Server) seen(c *client, args []string) {
-	cmd, sub := s.table.Lookup(args[0]), (*commands.Command)(nil)
-	if cmd != nil && len(cmd.Sub) > 0 && len(args) > 1 {
-		sub = cmd.SubCommand(args[1])
+	word1 := ""
+	if len(args) > 1 {
+		word1 = args[1]
 	}
 	now := time.Now()
 	c.mu.Lock()
-	c.lastAt, c.lastCmd, c.lastSub = now, cmd, sub
+	c.lastAt, c.lastCmd = now, [2]string{args[0], word1}
 	c.mu.Unlock()
 }
 
@@ -257,10 +258,10 @@ func (s *Server) describe(c *client) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cmd := "NULL"
-	if c.lastCmd != nil {
-		cmd = strings.ToLower(c.lastCmd.Name)
-		if c.lastSub != nil {
-			cmd += "|" + strings.ToLower(c.lastSub.Name)
+	if known := s.table.Lookup(c.lastCmd[0]); known != nil {
+		cmd = strings.ToLower(known.Name)
+		if sub := known.SubCommand(c.lastCmd[1]); sub != nil {
+			cmd += "|" + strings.ToLower(sub.Name)
 		}
 	}
 	now := time.Now()

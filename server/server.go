@@ -121,8 +121,7 @@ type client struct {
 	libVer  string // CLIENT SETINFO LIB-VER
 	proto   int    // 2 or 3
 	lastAt  time.Time
-	lastCmd *commands.Command // with lastSub: the latest command, for CLIENT INFO cmd=
-	lastSub *commands.Command
+	lastCmd [2]string // the latest command's first two words, for CLIENT INFO cmd=
 	authed  bool
 	quit    bool
 	buf     []byte           // replies of the pipeline being answered
