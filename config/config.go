@@ -252,9 +252,8 @@ func (c Config) checkBackendTLS() []error {
 	if (c.BackendTLSCertFile == "") != (c.BackendTLSKeyFile == "") {
 		errs = append(errs, fmt.Errorf("config: backend_tls_cert_file and backend_tls_key_file go together: set both or neither"))
 	}
-	if set && !slices.ContainsFunc(append(slices.Clone(c.Backends), c.Cluster...), func(u string) bool {
-		return strings.HasPrefix(u, "rediss://")
-	}) {
+	isTLS := func(u string) bool { return strings.HasPrefix(u, "rediss://") }
+	if set && !slices.ContainsFunc(c.Backends, isTLS) && !slices.ContainsFunc(c.Cluster, isTLS) {
 		errs = append(errs, fmt.Errorf("config: backend_tls_* files are set but no backend or cluster URL uses TLS (rediss://)"))
 	}
 	return errs
