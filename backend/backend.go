@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/coalesce"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
 )
 
@@ -57,7 +58,7 @@ type Node struct {
 	// pipe merges script calls for different limiters into one pipeline
 	// (standalone nodes): a call made while another is in flight goes
 	// with the others queued meanwhile, in one write and one read.
-	pipe      Coalescer[evalCall, evalResult]
+	pipe      coalesce.Coalescer[evalCall, evalResult]
 	pipelined bool
 }
 

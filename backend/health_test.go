@@ -157,3 +157,14 @@ func TestNodeBreaker(t *testing.T) {
 		t.Errorf("stats %+v, want %d calls (those that reached the node) and 112 errors", s, runs.Load())
 	}
 }
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/coalesce"
 	"github.com/rlproxy/rlproxy/limiter"
 )
 
@@ -74,7 +75,7 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 	out := make([]Outcome, len(reqs))
 	tries := make([]firstTry, 0, len(reqs))
 	at := make([]int, 0, len(reqs)) // the request index of each try
-	calls := make([]backend.Call[limiter.Ask, answer], 0, len(reqs))
+	calls := make([]coalesce.Call[limiter.Ask, answer], 0, len(reqs))
 	var rest []int // requests that go on by themselves
 	for i, r := range reqs {
 		t, cached, way := l.firstTry(ctx, r)
@@ -117,7 +118,7 @@ func (l *Limiters) AcquireAsync(ctx context.Context, r Request, done func(Outcom
 		return
 	}
 	sent := time.Now()
-	l.batches.Go(t.call.Key, t.call.Item, t.call.Run, func(o backend.Outcome[answer]) {
+	l.batches.Go(t.call.Key, t.call.Item, t.call.Run, func(o coalesce.Outcome[answer]) {
 		if res, ok := l.settle(ctx, r, t, o, sent); ok {
 			done(res)
 			return
@@ -131,7 +132,7 @@ func (l *Limiters) AcquireAsync(ctx context.Context, r Request, done func(Outcom
 type firstTry struct {
 	e     *entry
 	shard int
-	call  backend.Call[limiter.Ask, answer]
+	call  coalesce.Call[limiter.Ask, answer]
 }
 
 // How a request goes on after firstTry.
@@ -161,7 +162,7 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 	if rt.node.Down() != nil {
 		return firstTry{}, Outcome{}, fullPath // the full path walks past dead shards
 	}
-	return firstTry{e: e, shard: shard, call: backend.Call[limiter.Ask, answer]{
+	return firstTry{e: e, shard: shard, call: coalesce.Call[limiter.Ask, answer]{
 		Key: rt.batchKey, Item: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, Run: rt.run,
 	}}, Outcome{}, batched
 }
@@ -170,7 +171,7 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 // when r needs the full path: errors and config changes, which it sorts
 // out, or a denial with other shards to probe. sent is when the try went
 // out (a cached denial must not outlive the real one).
-func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o backend.Outcome[answer], sent time.Time) (Outcome, bool) {
+func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce.Outcome[answer], sent time.Time) (Outcome, bool) {
 	a := o.Res
 	switch {
 	case o.Err != nil, a.status != limiter.StatusOK, a.OverCapacity:

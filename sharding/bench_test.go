@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/coalesce"
 	"github.com/rlproxy/rlproxy/limiter"
 )
 
@@ -83,7 +83,7 @@ func BenchmarkCoalescer(b *testing.B) {
 			b.Run(fmt.Sprintf("rtt=%v/keys=%d", rtt, keys), func(b *testing.B) {
 				b.ReportAllocs()
 				b.SetParallelism(32)
-				var c backend.Coalescer[limiter.Ask, answer]
+				var c coalesce.Coalescer[limiter.Ask, answer]
 				var runs, items atomic.Int64
 				run := func(_ context.Context, asks []limiter.Ask) ([]answer, error) {
 					runs.Add(1)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/coalesce"
 	"github.com/rlproxy/rlproxy/limiter"
 )
 
@@ -28,7 +29,7 @@ type route struct {
 	node     *backend.Node
 	keys     []string // KEYS of the limiter script
 	batchKey string   // the coalescer key: node and state key
-	run      backend.RunFunc[limiter.Ask, answer]
+	run      coalesce.RunFunc[limiter.Ask, answer]
 }
 
 func (l *Limiters) newEntry(name string, st limiter.Stored) *entry {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/coalesce"
 	"github.com/rlproxy/rlproxy/limiter"
 )
 
@@ -44,7 +45,7 @@ type Limiters struct {
 	cache   map[string]*entry
 	touched map[string]time.Time // last keepAlive per limiter
 
-	batches backend.Coalescer[limiter.Ask, answer]
+	batches coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
 	denials denyCache
 	queues  queues
 	waiters atomic.Int64
@@ -60,6 +61,10 @@ type Stats struct {
 // (configs are re-read on demand, so dropping one only costs a read).
 const maxCached = 100_000
 
+// maxGather bounds how long a sub-limiter's follow-up batch waits for
+// the callers just answered to come back (coalesce.Coalescer.MaxGather).
+const maxGather = time.Millisecond
+
 // New returns Limiters over a pool.
 func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 	l := &Limiters{
@@ -70,6 +75,7 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 		cache:   map[string]*entry{},
 		touched: map[string]time.Time{},
 	}
+	l.batches.MaxGather = maxGather
 	for _, n := range pool.Nodes() {
 		l.names = append(l.names, n.Name())
 	}

@@ -1,4 +1,4 @@
-package backend
+package coalesce
 
 import (
 	"context"
@@ -321,5 +321,76 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached within 5s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// closedLoop runs n callers that each send their next item as soon as
+// they have the last one's result, for rounds items each, against a slow
+// run, and returns the batch sizes.
+func closedLoop(c *Coalescer[int, answerOf], n, rounds int, pause time.Duration) []int {
+	r := &recorder{pause: pause}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				// A client's way back takes a while, and not the same for all.
+				time.Sleep(time.Duration(i%5) * 100 * time.Microsecond)
+				c.Do(context.Background(), "k", i, r.run) //nolint:errcheck
+			}
+		}()
+	}
+	wg.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sizes := make([]int, len(r.batches))
+	for i, b := range r.batches {
+		sizes[i] = len(b)
+	}
+	return sizes
+}
+
+// With MaxGather, callers answered together go out together again:
+// closed-loop callers do not split into a lone first caller and the rest
+// queued behind it, so there are fewer, larger batches than without.
+func TestCoalescerGathersClosedLoopCallers(t *testing.T) {
+	const n, rounds = 40, 20
+	var plain Coalescer[int, answerOf]
+	gather := Coalescer[int, answerOf]{MaxGather: 20 * time.Millisecond}
+	without := closedLoop(&plain, n, rounds, 2*time.Millisecond)
+	with := closedLoop(&gather, n, rounds, 2*time.Millisecond)
+	t.Logf("batches: %d without gathering, %d with", len(without), len(with))
+	// The first batch is a lone caller, and as callers finish their
+	// rounds at different times the last batches shrink; in between every
+	// batch holds most callers.
+	small := 0
+	middle := with[1 : len(with)*2/3]
+	for _, s := range middle {
+		if s < n/2 {
+			small++
+		}
+	}
+	if small > 0 {
+		t.Errorf("with gathering, %d of the %d middle batches held fewer than %d items: %v", small, len(middle), n/2, with)
+	}
+	if len(with) >= len(without) {
+		t.Errorf("gathering ran %d batches, no fewer than %d without it", len(with), len(without))
+	}
+	waitFor(t, func() bool { gather.mu.Lock(); defer gather.mu.Unlock(); return len(gather.groups) == 0 })
+}
+
+// A key used by one caller at a time never waits to gather.
+func TestCoalescerLoneCallerDoesNotWait(t *testing.T) {
+	c := Coalescer[int, answerOf]{MaxGather: time.Second}
+	r := &recorder{}
+	start := time.Now()
+	for i := range 20 {
+		if _, err := c.Do(context.Background(), "k", i, r.run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("20 lone calls took %v: one waited for others to gather", d)
 	}
 }

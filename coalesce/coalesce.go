@@ -1,19 +1,39 @@
-package backend
+// Package coalesce merges concurrent calls on the same key into one call
+// that decides every item in order — like groupcache's singleflight, but
+// each caller gets its own item's result rather than a shared one.
+//
+// The first caller on an idle key runs at once; callers arriving while
+// that call is in flight queue up and go together in the next call, one
+// call per key in flight. An idle key costs no extra latency. With
+// MaxGather set, a follow-up call that would be much smaller than the
+// key's recent calls waits a little for more items (see Coalescer): when
+// the backend is slow, that keeps batches large, so its time goes to
+// deciding items rather than to per-call overhead.
+package coalesce
 
 import (
 	"context"
 	"sync"
+	"time"
 )
 
-// Coalescer merges concurrent calls on the same key into one backend
-// call. The first caller on an idle key runs at once; callers arriving
-// while that call is in flight queue up and go together in the next call,
-// which starts the moment the previous one returns. There is no batching
-// window: an idle key costs no extra latency, and a busy key turns many
-// round trips into one script call that decides every item in order.
+// Coalescer merges concurrent calls on the same key into one call. The
+// zero value is ready to use.
 type Coalescer[I, R any] struct {
 	// MaxBatch caps the items of one call (0 = 1024).
 	MaxBatch int
+	// MaxGather bounds how long a follow-up call may wait for items to
+	// gather (0 = never wait). A follow-up call — the next call of a key
+	// whose last call just returned — that has fewer than seven eighths
+	// of the items of the key's recent largest call waits until it has
+	// that many, or for MaxGather. Closed-loop callers (a client that
+	// sends its next request when it has the last reply) come back
+	// together: without the wait the first few of them would go in a call
+	// of their own while the rest queue behind it, and when the backend is
+	// slow (busy, CPU-capped) its time would go to per-call overhead
+	// instead of deciding items. A key whose recent calls had one item
+	// never waits, so light load pays nothing.
+	MaxGather time.Duration
 
 	mu     sync.Mutex
 	groups map[string]*group[I, R]
@@ -39,6 +59,10 @@ type group[I, R any] struct {
 	key   string
 	queue []*pending[I, R]
 	run   RunFunc[I, R]
+
+	peak int // callers recently busy on the key (decays by 1/8 a batch)
+	want int // while gathering: close full at this many queued
+	full chan struct{}
 }
 
 type pending[I, R any] struct {
@@ -135,14 +159,17 @@ func (c *Coalescer[I, R]) enqueueLocked(key string, p *pending[I, R], run RunFun
 	}
 	g.queue = append(g.queue, p)
 	if busy {
+		if g.full != nil && len(g.queue) >= g.want {
+			close(g.full)
+			g.full = nil
+		}
 		return nil
 	}
 	return g
 }
 
-// drain runs batches of g until its queue is empty. The first batch runs
-// on the caller's goroutine; later ones on a new goroutine, so the first
-// caller gets its answer without waiting for the others.
+// drain runs g's first batch on the caller's goroutine; later batches
+// follow on their own (run, followUp) until the queue is empty.
 func (c *Coalescer[I, R]) drain(g *group[I, R]) {
 	max := c.MaxBatch
 	if max <= 0 {
@@ -155,14 +182,61 @@ func (c *Coalescer[I, R]) drain(g *group[I, R]) {
 	}
 	g.queue = g.queue[len(batch):]
 	c.mu.Unlock()
+	c.run(g, batch)
+}
 
+// followUp runs g's next batch, queued behind the one that just
+// returned, after letting it gather (MaxGather). With MaxGather set, a
+// busy key's group lingers even when its queue is empty, so that the
+// callers just answered, coming back one by one, do not each start a
+// call of their own: the first of them would, while the rest queue
+// behind it.
+func (c *Coalescer[I, R]) followUp(g *group[I, R]) {
+	max := c.MaxBatch
+	if max <= 0 {
+		max = 1024
+	}
+	c.mu.Lock()
+	if want := min(g.peak-g.peak/8, max); c.MaxGather > 0 && len(g.queue) < want {
+		wait := c.MaxGather
+		full := make(chan struct{})
+		g.want, g.full = want, full
+		c.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-full:
+		case <-t.C:
+		}
+		t.Stop()
+		c.mu.Lock()
+		g.full = nil
+	}
+	if len(g.queue) == 0 {
+		// Nobody came back: the key is idle again.
+		delete(c.groups, g.key)
+		c.mu.Unlock()
+		return
+	}
+	batch := g.queue
+	if len(batch) > max {
+		batch = batch[:max]
+	}
+	g.queue = g.queue[len(batch):]
+	c.mu.Unlock()
+	c.run(g, batch)
+}
+
+// run runs one batch of g, hands out its results, and starts the next
+// batch when items queued meanwhile — on a new goroutine, so the caller
+// that ran this one gets its answer without waiting for the others.
+func (c *Coalescer[I, R]) run(g *group[I, R], batch []*pending[I, R]) {
 	items := make([]I, len(batch))
 	for i, p := range batch {
 		items[i] = p.item
 	}
 	res, err := g.run(context.Background(), items)
 	if err == nil && len(res) != len(batch) {
-		err = errBatchShape
+		err = ErrBatchShape
 	}
 	for i, p := range batch {
 		if err != nil {
@@ -178,17 +252,14 @@ func (c *Coalescer[I, R]) drain(g *group[I, R]) {
 	}
 
 	c.mu.Lock()
-	if len(g.queue) == 0 {
+	// The callers of this batch and those queued behind it: how many come
+	// and go on this key (decaying, so it follows a load that drops).
+	g.peak = max(len(batch)+len(g.queue), g.peak-g.peak/8)
+	if len(g.queue) == 0 && (c.MaxGather <= 0 || g.peak < 2) {
 		delete(c.groups, g.key)
 		c.mu.Unlock()
 		return
 	}
 	c.mu.Unlock()
-	go c.drain(g)
+	go c.followUp(g)
 }
-
-type batchShapeError struct{}
-
-func (batchShapeError) Error() string { return "backend: batch returned the wrong number of results" }
-
-var errBatchShape error = batchShapeError{}
