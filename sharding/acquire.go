@@ -77,6 +77,7 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 	at := make([]int, 0, len(reqs)) // the request index of each try
 	calls := make([]coalesce.Call[limiter.Ask, answer], 0, len(reqs))
 	var rest []int // requests that go on by themselves
+	from := map[int]*tried{} // where a denied first try leaves its probing
 	for i, r := range reqs {
 		t, cached, way := l.firstTry(ctx, r)
 		switch way {
@@ -91,13 +92,18 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 	sent := time.Now() // before any of the calls: a cached denial never outlives the real one
 	for j, o := range l.batches.DoAll(calls) {
 		i := at[j]
-		if res, ok := l.settle(ctx, reqs[i], tries[j], o, sent); ok {
+		res, ok, t := l.settle(ctx, reqs[i], tries[j], o, sent)
+		switch {
+		case ok:
 			out[i] = res
-		} else {
+		case t != nil:
+			from[i] = t
+			fallthrough
+		default:
 			rest = append(rest, i)
 		}
 	}
-	l.each(rest, func(i int) { out[i] = l.full(ctx, reqs[i]) })
+	l.each(rest, func(i int) { out[i] = l.full(ctx, reqs[i], from[i]) })
 	return out
 }
 
@@ -114,16 +120,17 @@ func (l *Limiters) AcquireAsync(ctx context.Context, r Request, done func(Outcom
 		done(cached)
 		return
 	case fullPath:
-		done(l.full(ctx, r))
+		done(l.full(ctx, r, nil))
 		return
 	}
 	sent := time.Now()
 	l.batches.Go(t.call.Key, t.call.Item, t.call.Run, func(o coalesce.Outcome[answer]) {
-		if res, ok := l.settle(ctx, r, t, o, sent); ok {
+		res, ok, from := l.settle(ctx, r, t, o, sent)
+		if ok {
 			done(res)
 			return
 		}
-		go func() { done(l.full(ctx, r)) }() // not on the batch's goroutine: it has others to answer
+		go func() { done(l.full(ctx, r, from)) }() // not on the batch's goroutine: it has others to answer
 	})
 }
 
@@ -169,33 +176,56 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 
 // settle turns a first try's answer into r's outcome, or returns false
 // when r needs the full path: errors and config changes, which it sorts
-// out, or a denial with other shards to probe. sent is when the try went
-// out (a cached denial must not outlive the real one).
-func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce.Outcome[answer], sent time.Time) (Outcome, bool) {
+// out, or a denial with other shards to probe — then the tried shard and
+// its denial come back, so probing goes on from there. sent is when the
+// try went out (a cached denial must not outlive the real one).
+func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce.Outcome[answer], sent time.Time) (Outcome, bool, *tried) {
 	a := o.Res
 	switch {
 	case o.Err != nil, a.status != limiter.StatusOK, a.OverCapacity:
-		return Outcome{}, false
+		return Outcome{}, false, nil
 	case a.Granted:
 		if ctx.Err() != nil {
 			// Best effort for a gone client, and not on the batch's
 			// goroutine (AcquireAsync): it has others to answer.
 			go l.giveBack(t.e, r, t.shard) //nolint:errcheck
 		}
-		return l.count(Outcome{Result: a.Result, shard: t.shard}), true
-	case t.e.Shards > 1 && l.opts.MaxProbes > 0:
-		return Outcome{}, false // other shards may have permits
+		return l.count(Outcome{Result: a.Result, shard: t.shard}), true, nil
 	}
 	if l.opts.DenyCache && r.MaxWait == 0 {
 		k := subKey{shard: t.shard, epoch: t.e.Epoch, client: clientKey(&t.e.Stored, r.Client)}
 		l.denials.add(r.Name, k, r.Permits, sent, a.Result)
 	}
-	return l.count(Outcome{Result: a.Result}), true
+	if t.e.Shards > 1 && l.opts.MaxProbes > 0 {
+		// Other shards may have permits: the full path probes on from here.
+		from := &tried{e: t.e, shard: t.shard}
+		from.denied.add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
+		return Outcome{}, false, from
+	}
+	return l.count(Outcome{Result: a.Result}), true, nil
 }
 
-// full decides r on the full path.
-func (l *Limiters) full(ctx context.Context, r Request) Outcome {
-	res, shard, err := l.acquire(ctx, r)
+// tried is a first try that was denied: the full path goes on probing
+// from the shard after it, with its denial counted, when the config is
+// still the one it was made under.
+type tried struct {
+	e      *entry
+	shard  int
+	denied merged
+}
+
+// tried0 is the shard a denied first try asked, if any.
+func tried0(t *tried) []int {
+	if t == nil {
+		return nil
+	}
+	return []int{t.shard}
+}
+
+// full decides r on the full path, probing on from a denied first try
+// when there was one.
+func (l *Limiters) full(ctx context.Context, r Request, from *tried) Outcome {
+	res, shard, err := l.acquire(ctx, r, from)
 	return l.count(Outcome{Result: res, Err: err, shard: shard})
 }
 
@@ -244,7 +274,7 @@ func (l *Limiters) onBackendError(err error) (limiter.Result, error) {
 
 // acquire is the full path of one request: config (reloaded when it
 // changed), capacity, shards in probe order, repairs.
-func (l *Limiters) acquire(ctx context.Context, r Request) (limiter.Result, int, error) {
+func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (limiter.Result, int, error) {
 	for attempt := 0; ; attempt++ {
 		e, err := l.config(ctx, r.Name, attempt > 0)
 		if err != nil {
@@ -260,7 +290,11 @@ func (l *Limiters) acquire(ctx context.Context, r Request) (limiter.Result, int,
 			return limiter.Result{}, 0, &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: c}
 		}
 		l.keepAlive(ctx, r.Name, e)
-		res, shard, err := l.acquireShards(ctx, e, r)
+		if from != nil && from.e != e {
+			from = nil // made under another config: probe afresh
+		}
+		res, shard, err := l.acquireShards(ctx, e, r, from)
+		from = nil
 		var missing *missingShard
 		if errors.As(err, &missing) && attempt < 3 {
 			err = l.repair(ctx, r.Name, missing.shard)
@@ -273,11 +307,20 @@ func (l *Limiters) acquire(ctx context.Context, r Request) (limiter.Result, int,
 	}
 }
 
-func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request) (limiter.Result, int, error) {
+// acquireShards tries e's shards in probe order until one grants: from a
+// random start, or on from a denied first try (from), so a request costs
+// at most 1 + MaxProbes script calls either way.
+func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from *tried) (limiter.Result, int, error) {
 	client := clientKey(&e.Stored, r.Client)
 	var denied merged
 	var lastErr error
-	order := Probe(e.Shards, l.opts.MaxProbes, rand.Uint64())
+	var order []int
+	if from != nil {
+		order = Probe(e.Shards, l.opts.MaxProbes, uint64(from.shard))[1:]
+		denied = from.denied
+	} else {
+		order = Probe(e.Shards, l.opts.MaxProbes, rand.Uint64())
+	}
 	for i := 0; i < len(order); i++ {
 		shard := order[i]
 		k := subKey{shard: shard, epoch: e.Epoch, client: client}
@@ -299,7 +342,7 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request) (limi
 			if errors.Is(err, backend.ErrUnavailable) {
 				// Other shards may still serve: a dead one costs no probe,
 				// the walk goes one shard further.
-				if len(order) < e.Shards {
+				if walked := len(order) + len(tried0(from)); walked < e.Shards {
 					order = append(order, (order[len(order)-1]+1)%e.Shards)
 				}
 				continue
