@@ -108,6 +108,12 @@ type Config struct {
 	// retry_after has passed, sparing the backend. Defaults to true.
 	DenyCache bool `mapstructure:"deny_cache"`
 
+	// (Optional) Most denials the deny cache holds; when it is full,
+	// expired ones are cleared and, if need be, random live ones make
+	// room, so new denials are still cached. Must be > 0. Defaults to
+	// 100000 (about 20 MB at most).
+	DenyCacheSize int `mapstructure:"deny_cache_size"`
+
 	// (Optional) Maximum number of clients waiting at once (TIMEOUT/BLOCK)
 	// in this proxy. Must be > 0. Defaults to 10000.
 	MaxWaiters int `mapstructure:"max_waiters"`
@@ -143,6 +149,7 @@ func Default() Config {
 		BusyPoll:        100 * time.Microsecond,
 		PoolSize:        0,
 		DenyCache:       true,
+		DenyCacheSize:   100_000,
 		MaxWaiters:      10000,
 		LogLevel:        "info",
 		LogFormat:       "text",
@@ -211,6 +218,9 @@ func (c Config) Validate() error {
 	}
 	if c.PoolSize < 0 {
 		bad("pool_size must be >= 0 (got %d)", c.PoolSize)
+	}
+	if c.DenyCacheSize <= 0 {
+		bad("deny_cache_size must be > 0 (got %d)", c.DenyCacheSize)
 	}
 	if c.MaxWaiters <= 0 {
 		bad("max_waiters must be > 0 (got %d)", c.MaxWaiters)

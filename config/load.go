@@ -228,6 +228,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.Duration(flagName("busy_poll"), d.BusyPoll, "how long an otherwise idle proxy polls a socket before sleeping (0 = never)")
 	fs.Int(flagName("pool_size"), d.PoolSize, "connections per backend node (0: go-redis default, 10 per CPU)")
 	fs.Bool(flagName("deny_cache"), d.DenyCache, "answer denials locally until their retry_after (disable with --deny-cache=false)")
+	fs.Int(flagName("deny_cache_size"), d.DenyCacheSize, "most denials the deny cache holds (> 0)")
 	fs.Int(flagName("max_waiters"), d.MaxWaiters, "most clients waiting at once with TIMEOUT/BLOCK (> 0)")
 	fs.String(flagName("log_level"), d.LogLevel, "minimum log `level`: debug, info, warn or error")
 	fs.String(flagName("log_format"), d.LogFormat, "log `format`: text or json")

@@ -76,7 +76,7 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 	tries := make([]firstTry, 0, len(reqs))
 	at := make([]int, 0, len(reqs)) // the request index of each try
 	calls := make([]coalesce.Call[limiter.Ask, answer], 0, len(reqs))
-	var rest []int // requests that go on by themselves
+	var rest []int           // requests that go on by themselves
 	from := map[int]*tried{} // where a denied first try leaves its probing
 	for i, r := range reqs {
 		t, cached, way := l.firstTry(ctx, r)

@@ -18,11 +18,21 @@ import (
 // RL.RELEASE, RL.RESET or a rate change. Those invalidate the cache on
 // this proxy; on other proxies a cached denial outlives them by at most
 // its retry_after.
+//
+// It holds at most max denials (0: DefaultDenyCacheSize). When it is full,
+// a new denial first clears the expired ones; if most are still live, an
+// eighth of them, picked at random, make room — so new denials are always
+// remembered, and the cost of clearing is spread over many adds.
 type denyCache struct {
+	max int
+
 	mu     sync.Mutex
 	byName map[string]map[subKey]denial
 	size   int
 }
+
+// DefaultDenyCacheSize is the deny cache's bound when none is configured.
+const DefaultDenyCacheSize = 100_000
 
 type subKey struct {
 	shard         int
@@ -35,9 +45,6 @@ type denial struct {
 	until   time.Time // answer locally until then
 	res     limiter.Result
 }
-
-// maxDenials bounds the cache; past it, new denials are not remembered.
-const maxDenials = 100_000
 
 // check returns the cached denial for a request of permits, with its
 // durations brought up to now.
@@ -78,21 +85,53 @@ func (c *denyCache) add(name string, k subKey, permits int64, sent time.Time, re
 	if c.byName == nil {
 		c.byName = map[string]map[subKey]denial{}
 	}
-	m := c.byName[name]
-	if m == nil {
-		if c.size >= maxDenials {
-			return
-		}
-		m = map[subKey]denial{}
-		c.byName[name] = m
-	}
-	if _, ok := m[k]; !ok {
-		if c.size >= maxDenials {
-			return
+	if _, ok := c.byName[name][k]; !ok {
+		if c.size >= c.bound() {
+			c.makeRoom(sent)
 		}
 		c.size++
 	}
+	m := c.byName[name]
+	if m == nil {
+		m = map[subKey]denial{}
+		c.byName[name] = m
+	}
 	m[k] = denial{permits: permits, sent: sent, until: until, res: res}
+}
+
+func (c *denyCache) bound() int {
+	if c.max <= 0 {
+		return DefaultDenyCacheSize
+	}
+	return c.max
+}
+
+// makeRoom clears the denials expired by now and, when that frees less
+// than an eighth of the cache, drops live ones until it has.
+func (c *denyCache) makeRoom(now time.Time) {
+	target := c.bound() - max(1, c.bound()/8)
+	for name, m := range c.byName {
+		for k, d := range m {
+			if !now.Before(d.until) {
+				c.remove(name, k)
+			}
+		}
+	}
+	for name, m := range c.byName { // map order: a random pick
+		for k := range m {
+			if c.size <= target {
+				return
+			}
+			c.remove(name, k)
+		}
+	}
+}
+
+// len is how many denials are held.
+func (c *denyCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.size
 }
 
 func (c *denyCache) remove(name string, k subKey) {

@@ -176,34 +176,62 @@ func TestDenyCacheForget(t *testing.T) {
 	}
 }
 
+// Past its bound the cache still remembers new denials: it makes room by
+// clearing expired ones first and, when they are too few, live ones.
 func TestDenyCacheSizeBound(t *testing.T) {
-	var c denyCache
-	res := denied(0, 1_000_000, 1000)
-	for i := range maxDenials + 10 {
+	const bound = 1000
+	c := denyCache{max: bound}
+	res := denied(0, 1_000_000_000, 1000) // live for 1000 s
+	for i := range 3 * bound {
 		c.add("k", subKey{shard: i, epoch: "e"}, 1, t0, res)
+		if c.size > bound {
+			t.Fatalf("size = %d after %d denials, over the bound %d", c.size, i+1, bound)
+		}
+		// The denial just made is always remembered.
+		if _, ok := c.check("k", subKey{shard: i, epoch: "e"}, 1, t0); !ok {
+			t.Fatalf("denial %d (past the bound) was not cached", i)
+		}
 	}
-	c.add("other", subKey{epoch: "e"}, 1, t0, res)
-	if c.size != maxDenials {
-		t.Errorf("size = %d after %d denials, want the bound %d", c.size, maxDenials+11, maxDenials)
-	}
-	if _, ok := c.check("other", subKey{epoch: "e"}, 1, t0); ok {
-		t.Error("a denial was remembered past the bound")
-	}
-	// Existing entries can still be refreshed at the bound.
-	c.add("k", subKey{shard: 0, epoch: "e"}, 3, t0, res)
-	if c.size != maxDenials {
-		t.Errorf("size = %d after refreshing an entry, want %d", c.size, maxDenials)
-	}
-	if _, ok := c.check("k", subKey{shard: 0, epoch: "e"}, 2, t0); ok {
-		t.Error("refreshed entry (3 permits) answered a request for 2")
-	}
-	if _, ok := c.check("k", subKey{shard: 0, epoch: "e"}, 3, t0); !ok {
-		t.Error("refreshed entry (3 permits) did not answer a request for 3")
-	}
-	// Once entries go, there is room again.
-	c.forget("k")
 	c.add("other", subKey{epoch: "e"}, 1, t0, res)
 	if _, ok := c.check("other", subKey{epoch: "e"}, 1, t0); !ok {
-		t.Error("no room after the cache was emptied")
+		t.Error("a new limiter's denial was not cached at the bound")
+	}
+	// Existing entries can still be refreshed at the bound.
+	before := c.size
+	c.add("other", subKey{epoch: "e"}, 3, t0, res)
+	if c.size != before {
+		t.Errorf("size = %d after refreshing an entry, want %d", c.size, before)
+	}
+	if _, ok := c.check("other", subKey{epoch: "e"}, 2, t0); ok {
+		t.Error("refreshed entry (3 permits) answered a request for 2")
+	}
+	if _, ok := c.check("other", subKey{epoch: "e"}, 3, t0); !ok {
+		t.Error("refreshed entry (3 permits) did not answer a request for 3")
+	}
+}
+
+// Expired denials are forgotten when room is needed: after they expire,
+// a full cache of them gives way to new ones, and live ones stay.
+func TestDenyCacheForgetsExpired(t *testing.T) {
+	const bound = 100
+	c := denyCache{max: bound}
+	short := denied(0, 10_000_000, 1000)   // live for 10 s
+	long := denied(0, 1_000_000_000, 1000) // for 1000 s
+	c.add("live", subKey{epoch: "e"}, 1, t0, long)
+	for i := range bound - 1 {
+		c.add("k", subKey{shard: i, epoch: "e"}, 1, t0, short)
+	}
+	later := t0.Add(time.Minute) // every short denial has expired
+	c.add("new", subKey{epoch: "e"}, 1, later, long)
+	if c.size != 2 {
+		t.Errorf("size = %d after the expired denials made room, want 2 (live and new)", c.size)
+	}
+	for _, name := range []string{"live", "new"} {
+		if _, ok := c.check(name, subKey{epoch: "e"}, 1, later); !ok {
+			t.Errorf("the %s denial was not kept", name)
+		}
+	}
+	if c.len() != 2 {
+		t.Errorf("len() = %d, want 2", c.len())
 	}
 }

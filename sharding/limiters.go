@@ -26,6 +26,8 @@ type Options struct {
 	OnBackendError string
 	// DenyCache answers repeated denials locally until their retry_after.
 	DenyCache bool
+	// DenyCacheSize bounds the denials remembered (0: DefaultDenyCacheSize).
+	DenyCacheSize int
 	// MaxWaiters bounds the clients waiting (TIMEOUT/BLOCK) at once.
 	MaxWaiters int
 }
@@ -76,6 +78,7 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 		touched: map[string]time.Time{},
 	}
 	l.batches.MaxGather = maxGather
+	l.denials.max = o.DenyCacheSize
 	for _, n := range pool.Nodes() {
 		l.names = append(l.names, n.Name())
 	}

@@ -52,6 +52,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		MaxProbes:      cfg.MaxProbes,
 		OnBackendError: cfg.OnBackendError,
 		DenyCache:      cfg.DenyCache,
+		DenyCacheSize:  cfg.DenyCacheSize,
 		MaxWaiters:     cfg.MaxWaiters,
 	})
 	srv := server.New(server.Options{
