@@ -13,7 +13,11 @@
 #
 # Knobs (environment): BENCH_ROUNDS (3), BENCH_SECONDS (4, per run),
 # BENCH_DENY_RATE (1000 permits/s), BENCH_NODES (4, for the scaling run),
-# BENCH_GO (1: also run the Go benchmarks), BENCH_OUT (bench-results).
+# BENCH_GO (1: also run the Go benchmarks), BENCH_OUT (bench-results),
+# BENCH_RLPROXY (a prebuilt rlproxy binary to measure instead of this
+# tree's: the same suite on an older version, for before/after tables).
+# The Redis-bound runs (capped-*) need a writable cgroup cpu controller
+# (root on Linux); without one they are skipped with a line saying so.
 # Everything started here is stopped on exit, also on Ctrl-C or failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +32,7 @@ CHART=docs/bench-throughput.svg
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rlbench.XXXXXX")
 pids=()
+cgroup= # the CPU-capped cgroup of the Redis-bound runs, once made
 cleanup() {
 	local pid
 	for pid in "${pids[@]}"; do
@@ -36,6 +41,7 @@ cleanup() {
 	for pid in "${pids[@]}"; do
 		wait "$pid" 2>/dev/null || true
 	done
+	[ -z "$cgroup" ] || rmdir "$cgroup" 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -84,12 +90,33 @@ start_redis() {
 	wait_ready "$REDIS_PORT"
 }
 
-# start_proxy PORT...: starts rlproxy over those Redis ports, sets PROXY_PORT and PROXY_PID.
+# cap_cpu PID: puts a process in a cgroup that gives it 10% of one core
+# (period 10 ms, quota 1 ms): cgroup v1's cpu controller, or v2's cpu.max.
+# Returns non-zero, having said why, when neither is writable.
+cap_cpu() {
+	local v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup
+	if [ -w "$v1" ] && [ -e "$v1/cpu.cfs_quota_us" ]; then
+		cgroup=$v1/rlbench-$$
+		mkdir -p "$cgroup" && echo 10000 >"$cgroup/cpu.cfs_period_us" &&
+			echo 1000 >"$cgroup/cpu.cfs_quota_us" && echo "$1" >"$cgroup/tasks" && return 0
+	elif [ -w "$v2" ] && grep -qw cpu "$v2/cgroup.controllers" 2>/dev/null; then
+		cgroup=$v2/rlbench-$$
+		mkdir -p "$cgroup" && echo "1000 10000" >"$cgroup/cpu.max" &&
+			echo "$1" >"$cgroup/cgroup.procs" && return 0
+	fi
+	say "bench: skipping the Redis-bound runs (capped-*): no writable cgroup cpu controller (v1 $v1 or v2 $v2 cpu.max); run as root on Linux"
+	return 1
+}
+
+# start_proxy PORT... [-- FLAG...]: starts rlproxy over those Redis ports
+# (with extra flags after --), sets PROXY_PORT and PROXY_PID.
 start_proxy() {
 	local args=() port
-	for port in "$@"; do
-		args+=(--backend "redis://127.0.0.1:$port")
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		args+=(--backend "redis://127.0.0.1:$1")
+		shift
 	done
+	[ $# -eq 0 ] || { shift; args+=("$@"); }
 	PROXY_PORT=$(free_port)
 	"$work/rlproxy" --listen "127.0.0.1:$PROXY_PORT" "${args[@]}" --log-level warn \
 		2>"$work/rlproxy-$PROXY_PORT.log" &
@@ -99,7 +126,12 @@ start_proxy() {
 }
 
 say "bench: building rlproxy and rlbench"
-$GO build -o "$work/rlproxy" ./cmd/rlproxy
+if [ -n "${BENCH_RLPROXY:-}" ]; then
+	cp "$BENCH_RLPROXY" "$work/rlproxy"
+	say "bench: measuring $BENCH_RLPROXY"
+else
+	$GO build -o "$work/rlproxy" ./cmd/rlproxy
+fi
 $GO build -o "$work/rlbench" ./cmd/rlbench
 mkdir -p "$OUT" "$(dirname "$CHART")"
 
@@ -116,10 +148,12 @@ P1_PID=$PROXY_PID
 bench() {
 	local name=$1 round=$2 mode=$3
 	shift 3
-	local addr=127.0.0.1:$R1 stats=(--stats-redis "127.0.0.1:$R1")
+	# BR, BP, BP_PID: the Redis and rlproxy to use (default: the first pair).
+	local r=${BR:-$R1} p=${BP:-$P1} ppid=${BP_PID:-$P1_PID}
+	local addr=127.0.0.1:$r stats=(--stats-redis "127.0.0.1:$r")
 	if [ "$mode" = rlproxy ]; then
-		addr=127.0.0.1:$P1
-		stats+=(--stats-proxy "127.0.0.1:$P1" --proxy-pid "$P1_PID")
+		addr=127.0.0.1:$p
+		stats+=(--stats-proxy "127.0.0.1:$p" --proxy-pid "$ppid")
 	fi
 	"$work/rlbench" --mode "$mode" --addr "$addr" "${stats[@]}" \
 		--scenario "$name" --round "$round" --key-prefix "bench:$name:" \
@@ -146,6 +180,26 @@ interleaved ping-p1 --conns 50 --pipeline 1 --ping
 interleaved deny-p16 --conns 50 --pipeline 16 --rate "$DENY_RATE"
 interleaved deny-p1 --conns 50 --pipeline 1 --rate "$DENY_RATE"
 interleaved light --conns 1 --pipeline 1
+
+# The Redis-bound regime: a redis-server capped at 10% of one core, with
+# rlbench and a proxy of its own outside the cap. Redis is the scarce
+# resource here, so what counts is how few of its cycles a request takes.
+start_redis
+CR=$REDIS_PORT
+if cap_cpu "${pids[-1]}"; then
+	start_proxy "$CR"
+	BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved capped-p1 --conns 50 --pipeline 1
+	BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved capped-p16 --conns 50 --pipeline 16
+fi
+
+# Script calls per denied acquire on SHARDS 4 (max_probes 2, deny cache
+# off), one request at a time so nothing is coalesced: at most 1 + 2.
+start_proxy "$R1" -- --max-probes 2 --deny-cache=false
+say "bench: probe-deny (1 conn, SHARDS 4, a limiter that denies all; ${SECS}s)"
+for round in $(seq "$ROUNDS"); do
+	BP=$PROXY_PORT BP_PID=$PROXY_PID bench probe-deny "$round" rlproxy --conns 1 --pipeline 1 \
+		--shards 4 --rate 4 --interval 1h
+done
 
 # Throughput vs clients, for the chart: one round each, pipeline 16.
 for conns in 1 10 50 100; do

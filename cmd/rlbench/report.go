@@ -146,7 +146,8 @@ func summarize(results []Result) Summary {
 }
 
 // scenarioOrder is the order the report lists scenarios in; others follow.
-var scenarioOrder = []string{scenHotPipelined, scenHotPlain, scenPing, scenDenyP16, scenDenyP1, scenLight, "clients-", "scale-"}
+var scenarioOrder = []string{scenHotPipelined, scenHotPlain, scenPing, scenDenyP16, scenDenyP1, scenLight,
+	scenCappedP1, scenCappedP16, scenProbeDeny, "clients-", "scale-"}
 
 // compareScenarios orders scenarios as scenarioOrder does, then by name
 // with numbers compared as numbers (clients-10 before clients-100).
@@ -253,7 +254,17 @@ const (
 	scenLight        = "light"      // 1 conn x 1
 	scenScaleHot     = "scale-hot"  // one limiter, N shards over N nodes
 	scenScaleKeys    = "scale-keys" // many limiters, N shards each, over N nodes
+	// The Redis-bound regime: redis-server capped at 10% of one core (a
+	// cgroup), rlbench and rlproxy outside it; one hot limiter.
+	scenCappedP1  = "capped-p1"  // 50 conns x 1
+	scenCappedP16 = "capped-p16" // 50 conns x 16
+	// 1 conn x 1 on a SHARDS 4 limiter that denies everything, max_probes
+	// 2, deny cache off: script calls per denied acquire.
+	scenProbeDeny = "probe-deny"
 )
+
+// probeBound is 1 + max_probes of the probe-deny scenario.
+const probeBound = 3
 
 // targets checks the goals of the performance issue against the medians.
 func targets(sum Summary) []Target {
@@ -360,6 +371,29 @@ func targets(sum Summary) []Target {
 		out = append(out, Target{sc.id, fmt.Sprintf("%d shards over %d nodes, %s: each node's share of calls", p.Shards, len(p.NodeShares), sc.what),
 			fmt.Sprintf("[%s], worst %.1f%% off 1/N (%.0f req/s)", strings.Join(shares, " "), 100*worst, p.OpsPerSec),
 			"within 10% of 1/N", verdict(worst <= 0.10)})
+	}
+	for _, c := range []struct {
+		id, name, what string
+		goal           float64
+	}{
+		{"8", scenCappedP1, "Redis-bound (redis-server at 10% of a core), hot limiter, 50 conns, no pipelining", 6},
+		{"8b", scenCappedP16, "Redis-bound (redis-server at 10% of a core), hot limiter, 50 conns x pipeline 16", 30},
+	} {
+		d, p := pair(c.name)
+		if d == nil || p == nil {
+			out = append(out, na(c.id, c.what+": rlproxy / direct throughput", fmt.Sprintf(">= %.2fx", c.goal)))
+			continue
+		}
+		t := throughput(c.id, c.what+": rlproxy / direct throughput", d, p, c.goal)
+		t.Measured += fmt.Sprintf("; Redis CPU per request %.2f us (direct %.2f us)", p.RedisCPUPerRequestUs, d.RedisCPUPerRequestUs)
+		out = append(out, t)
+	}
+	if p := get(scenProbeDeny, "rlproxy"); p != nil {
+		out = append(out, Target{"9", "denied acquire on SHARDS 4, max_probes 2, deny cache off: script calls per denial",
+			fmt.Sprintf("%.3f (%.1f%% denied)", p.CallsPerDenied, 100*p.DeniedFraction),
+			fmt.Sprintf("<= %d (1 + max_probes)", probeBound), verdict(p.CallsPerDenied > 0 && p.CallsPerDenied <= probeBound+0.01)})
+	} else {
+		out = append(out, na("9", "denied acquire on SHARDS 4, max_probes 2, deny cache off: script calls per denial", fmt.Sprintf("<= %d", probeBound)))
 	}
 	if d, p := pair(scenHotPipelined); d != nil && p != nil {
 		// A node's ceiling is one Redis core's worth of its CPU per grant.
