@@ -5,11 +5,11 @@ import (
 	"fmt"
 
 	"github.com/rlproxy/rlproxy/limiter"
-	"github.com/rlproxy/rlproxy/sharding"
+	"github.com/rlproxy/rlproxy/ratelimit"
 )
 
 // Limiters returns the RL.* commands and CL.THROTTLE, served by l.
-func Limiters(l *sharding.Limiters, o Options) []Command {
+func Limiters(l *ratelimit.Limiters, o Options) []Command {
 	h := &handlers{l: l, o: o}
 	key := Arg{Name: "key", Type: "key"}
 	return []Command{
@@ -78,7 +78,7 @@ func algoTokens() []Arg {
 }
 
 type handlers struct {
-	l *sharding.Limiters
+	l *ratelimit.Limiters
 	o Options
 }
 
@@ -107,7 +107,7 @@ func (h *handlers) acquire(ctx context.Context, c Caller, args []string) (any, e
 // replies after it, as a blocking command does.
 func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string) []any {
 	replies := make([]any, len(calls))
-	now := make([]sharding.Request, 0, len(calls))
+	now := make([]ratelimit.Request, 0, len(calls))
 	at := make([]int, 0, len(calls)) // the call index of each request in now
 	flush := func() {
 		if len(now) == 0 {
@@ -148,7 +148,7 @@ func (h *handlers) acquireAsync(ctx context.Context, c Caller, args []string, re
 	case r.waits():
 		return false
 	default:
-		h.l.AcquireAsync(ctx, r.request(c), func(o sharding.Outcome) { reply(acquireReply(o.Result, o.Err)) })
+		h.l.AcquireAsync(ctx, r.request(c), func(o ratelimit.Outcome) { reply(acquireReply(o.Result, o.Err)) })
 	}
 	return true
 }
@@ -158,8 +158,8 @@ func (h *handlers) acquireAsync(ctx context.Context, c Caller, args []string, re
 func (r Acquire) waits() bool { return r.Block || r.Timeout != 0 }
 
 // request is the acquire as the caller c's request to the limiters.
-func (r Acquire) request(c Caller) sharding.Request {
-	return sharding.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits}
+func (r Acquire) request(c Caller) ratelimit.Request {
+	return ratelimit.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits}
 }
 
 // acquireReply is RL.ACQUIRE's reply: [granted, remaining, retry_after_ms, reset_after_ms].
@@ -171,7 +171,7 @@ func acquireReply(res limiter.Result, err error) any {
 }
 
 func (h *handlers) available(ctx context.Context, c Caller, args []string) (any, error) {
-	return h.l.Available(ctx, sharding.Request{Name: args[1], Client: c.Name()})
+	return h.l.Available(ctx, ratelimit.Request{Name: args[1], Client: c.Name()})
 }
 
 func (h *handlers) getRate(ctx context.Context, _ Caller, args []string) (any, error) {
@@ -195,7 +195,7 @@ func (h *handlers) release(ctx context.Context, c Caller, args []string) (any, e
 	if err != nil {
 		return nil, err
 	}
-	return h.l.Release(ctx, sharding.Request{Name: args[1], Client: c.Name(), Permits: n})
+	return h.l.Release(ctx, ratelimit.Request{Name: args[1], Client: c.Name(), Permits: n})
 }
 
 func (h *handlers) reset(ctx context.Context, _ Caller, args []string) (any, error) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rlproxy/rlproxy/limiter"
-	"github.com/rlproxy/rlproxy/sharding"
+	"github.com/rlproxy/rlproxy/ratelimit"
 )
 
 // Options are the server-wide settings commands depend on.
@@ -26,7 +26,7 @@ const maxTTL = 3650 * 24 * time.Hour
 type SetRate struct {
 	Name   string
 	Config limiter.Config
-	sharding.SetRateOptions
+	ratelimit.SetRateOptions
 }
 
 // ParseSetRate parses RL.SETRATE key rate interval [ALGO name] [BURST n]

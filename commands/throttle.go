@@ -6,26 +6,26 @@ import (
 	"strconv"
 
 	"github.com/rlproxy/rlproxy/limiter"
-	"github.com/rlproxy/rlproxy/sharding"
+	"github.com/rlproxy/rlproxy/ratelimit"
 )
 
 // ParseThrottle parses CL.THROTTLE key max_burst count period [quantity]
 // with redis-cell's rules: max_burst and quantity may be 0, count and
 // period must be positive.
-func ParseThrottle(args []string) (sharding.ThrottleRequest, error) {
+func ParseThrottle(args []string) (ratelimit.ThrottleRequest, error) {
 	if len(args) < 5 || len(args) > 6 {
-		return sharding.ThrottleRequest{}, ArityError(args[0])
+		return ratelimit.ThrottleRequest{}, ArityError(args[0])
 	}
 	n := [len(throttleArgs)]int64{3: 1} // quantity defaults to 1
 	for i, s := range args[2:] {
 		a := throttleArgs[i]
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || v < a.min || v > limiter.MaxRate {
-			return sharding.ThrottleRequest{}, fmt.Errorf("%s must be an integer from %d to %d, got %s", a.name, a.min, int64(limiter.MaxRate), quote(s))
+			return ratelimit.ThrottleRequest{}, fmt.Errorf("%s must be an integer from %d to %d, got %s", a.name, a.min, int64(limiter.MaxRate), quote(s))
 		}
 		n[i] = v
 	}
-	return sharding.ThrottleRequest{Key: args[1], MaxBurst: n[0], Count: n[1], Period: n[2], Quantity: n[3]}, nil
+	return ratelimit.ThrottleRequest{Key: args[1], MaxBurst: n[0], Count: n[1], Period: n[2], Quantity: n[3]}, nil
 }
 
 // throttleArgs are CL.THROTTLE's integers after the key, with the least
@@ -36,7 +36,7 @@ var throttleArgs = [...]struct {
 }{{"max_burst", 0}, {"count", 1}, {"period", 1}, {"quantity", 0}}
 
 // Throttle returns the CL.THROTTLE command, served by l.
-func Throttle(l *sharding.Limiters) Command {
+func Throttle(l *ratelimit.Limiters) Command {
 	integer := func(name string) Arg { return Arg{Name: name, Type: "integer"} }
 	q := integer("quantity")
 	q.Optional = true

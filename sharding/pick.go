@@ -14,13 +14,13 @@ func Probe(shards, probes int, r uint64) []int {
 	return order
 }
 
-// merged combines the answers of the shards one request tried into the
+// Merged combines the answers of the shards one request tried into the
 // reply of a denial:
 //   - remaining: the most permits one request could get now from one of
 //     the shards tried (a request is served by one shard);
 //   - retry_after: the soonest any tried shard could grant;
 //   - reset_after: when every tried shard is full again.
-type merged struct {
+type Merged struct {
 	n   int
 	res resultFields
 }
@@ -29,7 +29,7 @@ type resultFields struct {
 	remaining, retryAfter, resetAfter int64
 }
 
-func (m *merged) add(remaining, retryAfter, resetAfter int64) {
+func (m *Merged) Add(remaining, retryAfter, resetAfter int64) {
 	if m.n == 0 {
 		m.res = resultFields{remaining, retryAfter, resetAfter}
 	} else {
@@ -38,4 +38,12 @@ func (m *merged) add(remaining, retryAfter, resetAfter int64) {
 		m.res.resetAfter = max(m.res.resetAfter, resetAfter)
 	}
 	m.n++
+}
+
+// Len is how many answers were added.
+func (m *Merged) Len() int { return m.n }
+
+// Result is the merged denial: remaining, retry_after and reset_after.
+func (m *Merged) Result() (remaining, retryAfter, resetAfter int64) {
+	return m.res.remaining, m.res.retryAfter, m.res.resetAfter
 }

@@ -74,9 +74,9 @@ func TestMerged(t *testing.T) {
 		{"order does not matter", []shardAnswer{{0, 80, 1000}, {3, 20, 300}, {1, 50, 900}}, resultFields{3, 20, 1000}},
 		{"all empty", []shardAnswer{{0, 5, 5}, {0, 7, 7}}, resultFields{0, 5, 7}},
 	} {
-		var m merged
+		var m Merged
 		for _, a := range tc.answers {
-			m.add(a.remaining, a.retryAfter, a.resetAfter)
+			m.Add(a.remaining, a.retryAfter, a.resetAfter)
 		}
 		if m.n != len(tc.answers) || m.res != tc.want {
 			t.Errorf("%s: merged %+v = %+v after %d, want %+v after %d", tc.name, tc.answers, m.res, m.n, tc.want, len(tc.answers))

@@ -28,6 +28,25 @@ import (
 // shards and 2-11 nodes, one added node moves at most about 43% of shards,
 // most when S is near N (where fewer than half of the moves are onto it).
 func Placement(name string, shards int, nodes []string) []int {
+	return Placer{}.Place(name, shards, nodes)
+}
+
+// Hash scores a (limiter, shard, node) triple for rendezvous hashing:
+// the shard goes to the node with the highest score among those with room.
+type Hash func(name string, shard int, node string) uint64
+
+// Placer places shards as Placement does, by a Hash a test can plug in
+// to check placements by hand (the zero value uses Score).
+type Placer struct {
+	Hash Hash
+}
+
+// Place maps every shard of limiter name to a node index (see Placement).
+func (p Placer) Place(name string, shards int, nodes []string) []int {
+	score := p.Hash
+	if score == nil {
+		score = Score
+	}
 	if len(nodes) == 0 || shards <= 0 {
 		return nil
 	}
@@ -57,7 +76,8 @@ func Placement(name string, shards int, nodes []string) []int {
 	return placed
 }
 
-func score(name string, shard int, node string) uint64 {
+// Score is the default Hash: FNV-1a of node, name and shard, mixed.
+func Score(name string, shard int, node string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(node))
 	h.Write([]byte{0})

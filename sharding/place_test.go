@@ -102,7 +102,7 @@ func TestPlacementIsBoundedRendezvous(t *testing.T) {
 						t.Fatalf("Placement(%q, %d, %d nodes) = %v: shard %d on node %d, which already held %d (%v)", name, shards, n, placed, shard, got, held[got], held)
 					}
 					for i, node := range nodes {
-						if score(name, shard, node) > score(name, shard, nodes[got]) && room(i) {
+						if Score(name, shard, node) > Score(name, shard, nodes[got]) && room(i) {
 							t.Fatalf("Placement(%q, %d, %d nodes) = %v: shard %d on node %d, but node %d scores higher and has room (%v)", name, shards, n, placed, shard, got, i, held)
 						}
 					}
@@ -271,9 +271,38 @@ func TestPlacementRemoveNodeMovesMostlyItsShards(t *testing.T) {
 func topScorer(name string, nodes []string) int {
 	best, bestScore := 0, uint64(0)
 	for i, node := range nodes {
-		if s := score(name, 0, node); i == 0 || s > bestScore {
+		if s := Score(name, 0, node); i == 0 || s > bestScore {
 			best, bestScore = i, s
 		}
 	}
 	return best
+}
+
+// With a plugged-in hash the placement can be worked out by hand: the
+// score is the node's number times 10 plus the shard number when the
+// node's letter is the shard's own, else the node's number. Shard 0 goes
+// to "c" (30 beats 20 and 10), shard 1 to "b" (21 beats 10; "c" is full
+// at one shard of three over three nodes), shard 2 to "a".
+func TestPlacerWithPluggedHash(t *testing.T) {
+	hash := func(name string, shard int, node string) uint64 {
+		n := uint64(node[0]-'a'+1) * 10
+		if int(node[0]-'a') == shard {
+			n += uint64(shard)
+		}
+		return n
+	}
+	got := Placer{Hash: hash}.Place("k", 3, []string{"a", "b", "c"})
+	if want := []int{2, 1, 0}; !slices.Equal(got, want) {
+		t.Errorf("Place = %v, want %v", got, want)
+	}
+	// Four shards over three nodes: per-node counts differ by at most one,
+	// the extra shard going to the best-scoring node with room ("c").
+	got = Placer{Hash: hash}.Place("k", 4, []string{"a", "b", "c"})
+	if want := []int{2, 1, 0, 2}; !slices.Equal(got, want) {
+		t.Errorf("Place of 4 = %v, want %v", got, want)
+	}
+	// The zero Placer is Placement.
+	if a, b := (Placer{}).Place("k", 8, []string{"x", "y"}), Placement("k", 8, []string{"x", "y"}); !slices.Equal(a, b) {
+		t.Errorf("Placer{} = %v, Placement = %v", a, b)
+	}
 }

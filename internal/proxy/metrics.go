@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
-	"github.com/rlproxy/rlproxy/sharding"
+	"github.com/rlproxy/rlproxy/ratelimit"
 )
 
 // metrics serves Prometheus metrics read from the same counters as INFO.
@@ -19,7 +19,7 @@ type metrics struct {
 	ln  net.Listener
 }
 
-func startMetrics(addr string, pool *backend.Pool, l *sharding.Limiters, poller *busypoll.Poller) (*metrics, error) {
+func startMetrics(addr string, pool *backend.Pool, l *ratelimit.Limiters, poller *busypoll.Poller) (*metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	counter := func(name, help string, f func() float64) prometheus.Collector {

@@ -15,7 +15,7 @@ import (
 	"github.com/rlproxy/rlproxy/internal/busypoll"
 	"github.com/rlproxy/rlproxy/limiter"
 	"github.com/rlproxy/rlproxy/server"
-	"github.com/rlproxy/rlproxy/sharding"
+	"github.com/rlproxy/rlproxy/ratelimit"
 )
 
 // Version is rlproxy's version.
@@ -47,7 +47,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	if err != nil {
 		return nil, err
 	}
-	limiters := sharding.New(pool, scripts, sharding.Options{
+	limiters := ratelimit.New(pool, scripts, ratelimit.Options{
 		KeyPrefix:      cfg.KeyPrefix,
 		MaxProbes:      cfg.MaxProbes,
 		OnBackendError: cfg.OnBackendError,

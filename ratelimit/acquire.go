@@ -1,4 +1,4 @@
-package sharding
+package ratelimit
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/coalesce"
 	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/sharding"
 )
 
 // Request is one call on a limiter.
@@ -199,7 +200,7 @@ func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce
 	if t.e.Shards > 1 && l.opts.MaxProbes > 0 {
 		// Other shards may have permits: the full path probes on from here.
 		from := &tried{e: t.e, shard: t.shard}
-		from.denied.add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
+		from.denied.Add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
 		return Outcome{}, false, from
 	}
 	return l.count(Outcome{Result: a.Result}), true, nil
@@ -211,7 +212,7 @@ func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce
 type tried struct {
 	e      *entry
 	shard  int
-	denied merged
+	denied sharding.Merged
 }
 
 // tried0 is the shard a denied first try asked, if any.
@@ -312,14 +313,14 @@ func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (limiter
 // at most 1 + MaxProbes script calls either way.
 func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from *tried) (limiter.Result, int, error) {
 	client := clientKey(&e.Stored, r.Client)
-	var denied merged
+	var denied sharding.Merged
 	var lastErr error
 	var order []int
 	if from != nil {
-		order = Probe(e.Shards, l.opts.MaxProbes, uint64(from.shard))[1:]
+		order = sharding.Probe(e.Shards, l.opts.MaxProbes, uint64(from.shard))[1:]
 		denied = from.denied
 	} else {
-		order = Probe(e.Shards, l.opts.MaxProbes, rand.Uint64())
+		order = sharding.Probe(e.Shards, l.opts.MaxProbes, rand.Uint64())
 	}
 	for i := 0; i < len(order); i++ {
 		shard := order[i]
@@ -327,7 +328,7 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 		if l.opts.DenyCache && r.MaxWait == 0 {
 			if res, ok := l.denials.check(r.Name, k, r.Permits, time.Now()); ok {
 				l.stats.CachedDenials.Add(1)
-				denied.add(res.Remaining, res.RetryAfterMs, res.ResetAfterMs)
+				denied.Add(res.Remaining, res.RetryAfterMs, res.ResetAfterMs)
 				continue
 			}
 		}
@@ -365,16 +366,14 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 		if l.opts.DenyCache && r.MaxWait == 0 {
 			l.denials.add(r.Name, k, r.Permits, sent, a.Result)
 		}
-		denied.add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
+		denied.Add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
 	}
-	if denied.n == 0 {
+	if denied.Len() == 0 {
 		return limiter.Result{}, 0, lastErr
 	}
-	return limiter.Result{
-		Remaining:    denied.res.remaining,
-		RetryAfterMs: denied.res.retryAfter,
-		ResetAfterMs: denied.res.resetAfter,
-	}, 0, nil
+	var res limiter.Result
+	res.Remaining, res.RetryAfterMs, res.ResetAfterMs = denied.Result()
+	return res, 0, nil
 }
 
 // acquireOn asks one sub-limiter. Concurrent requests for the same
@@ -416,7 +415,7 @@ func (l *Limiters) repair(ctx context.Context, name string, shard int) error {
 	if shard >= e.Shards {
 		return nil // the shard count changed: the reload routes anew
 	}
-	_, _, _, err = l.setConf(ctx, e.nodes[shard], name, e.Config, Subs(e.Config)[shard], limiter.SetConfOptions{Epoch: e.Epoch})
+	_, _, _, err = l.setConf(ctx, e.nodes[shard], name, e.Config, sharding.Subs(e.Config)[shard], limiter.SetConfOptions{Epoch: e.Epoch})
 	return err
 }
 

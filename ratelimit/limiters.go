@@ -1,4 +1,4 @@
-package sharding
+package ratelimit
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/coalesce"
 	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/sharding"
 )
 
 // Options configure Limiters.
@@ -114,7 +115,7 @@ func (l *Limiters) nodes(name string, shards int) []*backend.Node {
 		}
 		return out
 	}
-	for shard, n := range Placement(name, shards, l.names) {
+	for shard, n := range sharding.Placement(name, shards, l.names) {
 		out[shard] = all[n]
 	}
 	return out
@@ -132,7 +133,7 @@ type SetRateOptions struct {
 // reports whether the stored config changed. Shard 0 decides (its config is
 // the limiter's); the others follow with the epoch it put in force.
 func (l *Limiters) SetRate(ctx context.Context, name string, c limiter.Config, o SetRateOptions) (bool, error) {
-	subs, nodes := Subs(c), l.nodes(name, c.Shards)
+	subs, nodes := sharding.Subs(c), l.nodes(name, c.Shards)
 	opts := limiter.SetConfOptions{NX: o.NX, KeepState: o.KeepState, Epoch: newEpoch()}
 	changed, epoch, oldShards, err := l.setConf(ctx, nodes[0], name, c, subs[0], opts)
 	if err != nil {
@@ -247,7 +248,7 @@ func (l *Limiters) Available(ctx context.Context, r Request) (int64, error) {
 func (l *Limiters) Release(ctx context.Context, r Request) (int64, error) {
 	l.denials.forget(r.Name)
 	return l.eachShard(ctx, r, limiter.OpRelease, func(shard int, st *entry) []int64 {
-		return []int64{Split(r.Permits, st.Shards)[shard]}
+		return []int64{sharding.Split(r.Permits, st.Shards)[shard]}
 	})
 }
 
