@@ -1,11 +1,10 @@
-// Package sharding splits a limiter into sub-limiters, places them on
-// backend nodes, routes each request to a sub-limiter, and merges what the
-// sub-limiters answer.
-//
-// The splitting, placing and picking (split.go, place.go) are pure,
-// deterministic functions, tested by hand-checkable tables. Limiters
-// (limiters.go) does the I/O: it runs the limiter scripts through the
-// backend package.
+// Package sharding is the pure logic of a sharded limiter: it splits a
+// limiter into sub-limiters whose rates sum exactly to the limiter's
+// (split.go), places them on backend nodes by rendezvous hashing with a
+// hash a test can plug in (place.go), picks the shards a request probes
+// and merges their denials (pick.go). No I/O, no state: every function is
+// deterministic and tested by hand-checkable tables. Package ratelimit
+// does the I/O with it.
 package sharding
 
 import "github.com/rlproxy/rlproxy/limiter"
