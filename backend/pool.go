@@ -16,7 +16,6 @@ import (
 // Pool is the set of nodes rlproxy runs limiters on.
 type Pool struct {
 	nodes    []*Node
-	cluster  bool
 	embedded *Embedded
 }
 
@@ -37,7 +36,6 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.cluster = true
 		p.nodes = []*Node{{name: "cluster " + c.Options().Addrs[0], client: c}}
 	case len(o.Backends) > 0:
 		for _, u := range o.Backends {
@@ -159,9 +157,6 @@ func (p *Pool) Info() []string {
 	}
 	return lines
 }
-
-// IsCluster reports whether the pool is a Redis Cluster.
-func (p *Pool) IsCluster() bool { return p.cluster }
 
 // Embedded reports whether the pool is the embedded in-memory server.
 func (p *Pool) Embedded() bool { return p.embedded != nil }

@@ -68,8 +68,9 @@ type group[I, R any] struct {
 type pending[I, R any] struct {
 	item I
 	out  Outcome[R]
-	wg   *sync.WaitGroup  // Done when out is set (Do, DoAll)
-	done func(Outcome[R]) // or called with out (Go)
+	wg   *sync.WaitGroup       // Done when out is set (Do)
+	done func(int, Outcome[R]) // or called with at and out (GoAll)
+	at   int                   // the item's index in its GoAll
 }
 
 // Do adds item to key's next batch, run by run, and waits for its result.
@@ -103,23 +104,22 @@ func (c *Coalescer[I, R]) Do(ctx context.Context, key string, item I, run RunFun
 // caller's or a fresh one otherwise — so it must be quick and must not
 // panic: other items' results wait for it.
 func (c *Coalescer[I, R]) Go(key string, item I, run RunFunc[I, R], done func(Outcome[R])) {
-	p := &pending[I, R]{item: item, done: done}
-	if g := c.enqueue(key, p, run); g != nil {
-		c.drain(g)
-	}
+	c.GoAll([]Call[I, R]{{Key: key, Item: item, Run: run}}, func(_ int, o Outcome[R]) { done(o) })
 }
 
-// DoAll adds every call to its key's next batch at once — so calls on one
-// key go in one batch, in order — and waits for all of them. Idle keys
-// start running on their own goroutines (the last one on the caller's).
-func (c *Coalescer[I, R]) DoAll(calls []Call[I, R]) []Outcome[R] {
-	var wg sync.WaitGroup
-	wg.Add(len(calls))
+// GoAll adds every call to its key's next batch at once — so calls on one
+// key go in one batch, in order — and calls done with each call's index
+// and outcome as it comes. Idle keys start running on their own
+// goroutines, the last one on the caller's (so GoAll returns when that
+// batch is done). done runs on the goroutine that ran the batch, perhaps
+// for several calls at once: it must be quick, must not panic, and must
+// be safe to call concurrently.
+func (c *Coalescer[I, R]) GoAll(calls []Call[I, R], done func(i int, o Outcome[R])) {
 	ps := make([]pending[I, R], len(calls))
 	var idle []*group[I, R]
 	c.mu.Lock()
 	for i := range calls {
-		ps[i] = pending[I, R]{item: calls[i].Item, wg: &wg}
+		ps[i] = pending[I, R]{item: calls[i].Item, done: done, at: i}
 		if g := c.enqueueLocked(calls[i].Key, &ps[i], calls[i].Run); g != nil {
 			idle = append(idle, g)
 		}
@@ -132,11 +132,15 @@ func (c *Coalescer[I, R]) DoAll(calls []Call[I, R]) []Outcome[R] {
 			c.drain(g)
 		}
 	}
+}
+
+// DoAll is GoAll that waits for every outcome.
+func (c *Coalescer[I, R]) DoAll(calls []Call[I, R]) []Outcome[R] {
+	out := make([]Outcome[R], len(calls))
+	var wg sync.WaitGroup
+	wg.Add(len(calls))
+	c.GoAll(calls, func(i int, o Outcome[R]) { out[i] = o; wg.Done() })
 	wg.Wait()
-	out := make([]Outcome[R], len(ps))
-	for i := range ps {
-		out[i] = ps[i].out
-	}
 	return out
 }
 
@@ -245,7 +249,7 @@ func (c *Coalescer[I, R]) run(g *group[I, R], batch []*pending[I, R]) {
 			p.out.Res = res[i]
 		}
 		if p.done != nil {
-			p.done(p.out)
+			p.done(p.at, p.out)
 		} else {
 			p.wg.Done()
 		}

@@ -1,16 +1,12 @@
 package commands
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 )
 
-// Errors of argument parsing, worded like Redis's own. The server adds
+// Errors of argument parsing are worded like Redis's own; the server adds
 // the "ERR " prefix to errors that do not start with an upper-case code.
-var (
-	ErrSyntax = errors.New("syntax error")
-)
 
 // ArityError: a command got the wrong number of arguments.
 func ArityError(name string) error {

@@ -2,7 +2,7 @@ package commands
 
 import (
 	"context"
-	"fmt"
+	"sync"
 
 	"github.com/rlproxy/rlproxy/limiter"
 	"github.com/rlproxy/rlproxy/ratelimit"
@@ -38,7 +38,7 @@ func Limiters(l *ratelimit.Limiters, o Options) []Command {
 					{Name: "timeout", Type: "string", Token: "TIMEOUT"},
 					{Name: "block", Type: "pure-token", Token: "BLOCK"}}},
 			},
-			Handler: h.acquire, Batch: h.acquireBatch, Async: h.acquireAsync,
+			Handler: h.acquire, Batch: h.acquireBatch,
 		},
 		{
 			Name: "RL.AVAILABLE", Arity: 2, Flags: []string{"readonly"}, KeyPos: 1, Group: "ratelimit",
@@ -87,41 +87,51 @@ func (h *handlers) setRate(ctx context.Context, _ Caller, args []string) (any, e
 	if err != nil {
 		return nil, err
 	}
-	if !h.l.Supports(r.Config.Algo) {
-		return nil, fmt.Errorf("algorithm '%s' is not supported yet", r.Config.Algo)
-	}
 	changed, err := h.l.SetRate(ctx, r.Name, r.Config, r.SetRateOptions)
 	return boolInt(changed), err
 }
 
+// acquire runs one RL.ACQUIRE: a batch of one, waited for.
 func (h *handlers) acquire(ctx context.Context, c Caller, args []string) (any, error) {
-	reply := h.acquireBatch(ctx, c, [][]string{args})[0]
+	done := make(chan any, 1)
+	h.acquireBatch(ctx, c, [][]string{args}, func(_ int, v any) { done <- v })
+	reply := <-done
 	if err, ok := reply.(error); ok {
 		return nil, err
 	}
 	return reply, nil
 }
 
-// acquireBatch runs a pipeline's RL.ACQUIREs: the ones that decide now go
-// to the backend together; one that waits (TIMEOUT/BLOCK) holds the
-// replies after it, as a blocking command does.
-func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string) []any {
-	replies := make([]any, len(calls))
-	now := make([]ratelimit.Request, 0, len(calls))
-	at := make([]int, 0, len(calls)) // the call index of each request in now
-	flush := func() {
+// acquireBatch starts RL.ACQUIREs — a pipeline's run of them, or a lone
+// one: the ones that decide now go to the limiters together (one Go), each
+// answered as soon as it is decided; one that waits (TIMEOUT/BLOCK) is
+// decided after every request before it, and holds the ones after it, as
+// a blocking command does.
+func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string, reply func(int, any)) {
+	var now []ratelimit.Request
+	var at []int // the call index of each request in now
+	flush := func(wait bool) {
 		if len(now) == 0 {
 			return
 		}
-		for j, o := range h.l.AcquireAll(ctx, now) {
-			replies[at[j]] = acquireReply(o.Result, o.Err)
+		var wg sync.WaitGroup
+		if wait {
+			wg.Add(len(now))
 		}
-		now, at = now[:0], at[:0]
+		idx := at
+		h.l.Go(ctx, now, func(j int, o ratelimit.Outcome) {
+			reply(idx[j], acquireReply(o.Result, o.Err))
+			if wait {
+				wg.Done()
+			}
+		})
+		wg.Wait()
+		now, at = nil, nil
 	}
 	for i, args := range calls {
 		r, err := ParseAcquire(args)
 		if err != nil {
-			replies[i] = err
+			reply(i, err)
 			continue
 		}
 		req := r.request(c)
@@ -129,28 +139,12 @@ func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string)
 			now, at = append(now, req), append(at, i)
 			continue
 		}
-		flush()
+		flush(true)
 		wctx, cancel := c.Watch(ctx)
-		replies[i] = acquireReply(h.l.AcquireWait(wctx, req, r.Timeout))
+		reply(i, acquireReply(h.l.AcquireWait(wctx, req, r.Timeout)))
 		cancel()
 	}
-	flush()
-	return replies
-}
-
-// acquireAsync starts an RL.ACQUIRE that decides now; one that waits
-// (TIMEOUT/BLOCK) takes the Handler path.
-func (h *handlers) acquireAsync(ctx context.Context, c Caller, args []string, reply func(any)) bool {
-	r, err := ParseAcquire(args)
-	switch {
-	case err != nil:
-		reply(err)
-	case r.waits():
-		return false
-	default:
-		h.l.AcquireAsync(ctx, r.request(c), func(o ratelimit.Outcome) { reply(acquireReply(o.Result, o.Err)) })
-	}
-	return true
+	flush(false)
 }
 
 // waits reports whether the acquire may wait (TIMEOUT/BLOCK) rather than

@@ -23,16 +23,14 @@ type Caller interface {
 // Handler runs one command. args[0] is the command name as sent.
 type Handler func(ctx context.Context, c Caller, args []string) (any, error)
 
-// BatchHandler runs several calls of one command; calls[i][0] is the
-// command name as sent. It returns one reply (or error) per call.
-type BatchHandler func(ctx context.Context, c Caller, calls [][]string) []any
-
-// AsyncHandler starts one command and answers it through reply, perhaps
-// later and on another goroutine, so that the connection need not hold a
-// goroutine asleep meanwhile. reply must be called exactly once, unless
-// the handler returns false: then it never is, and the call takes the
-// Handler path instead.
-type AsyncHandler func(ctx context.Context, c Caller, args []string, reply func(any)) bool
+// BatchHandler starts calls of one command from one client — a run of
+// neighbouring calls of a pipeline, or a lone call as a batch of one —
+// and answers each through reply(i, v) with the call's index and its
+// reply (or error), perhaps later and on another goroutine, so that the
+// connection need not hold a goroutine asleep meanwhile. calls[i][0] is
+// the command name as sent. reply must be called exactly once per call;
+// it may be called concurrently.
+type BatchHandler func(ctx context.Context, c Caller, calls [][]string, reply func(i int, v any))
 
 // Arg describes one argument for COMMAND DOCS (redis-cli builds its
 // typing hints from these).
@@ -55,14 +53,13 @@ type Command struct {
 	Summary string
 	Args    []Arg
 	Handler Handler
-	// Batch, when set, runs a run of neighbouring calls of this command
-	// from one client's pipeline together (one reply per call, in order),
-	// so they can share backend calls. Only for commands that read and
-	// change no connection state.
+	// Batch, when set, is how the server runs this command: a run of
+	// neighbouring calls of it from one client's pipeline go together, so
+	// they can share backend calls, and a call that comes alone is
+	// answered without a goroutine waiting for it. Handler then is a thin
+	// wrapper of it. Only for commands that read and change no
+	// connection state.
 	Batch BatchHandler
-	// Async, when set, runs a call that comes alone (no pipeline) without
-	// waiting for it. Same restriction as Batch.
-	Async AsyncHandler
 	// Sub are subcommands (CLIENT SETNAME, COMMAND DOCS, ...), by upper-case name.
 	Sub []Command
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/limiter"
 )
 
 // Config is rlproxy's complete configuration.
@@ -83,7 +84,7 @@ type Config struct {
 	// (Optional) What an acquire answers when its backend fails: "error"
 	// (return the error), "allow" (fail open) or "deny" (fail closed).
 	// Defaults to "error".
-	OnBackendError string `mapstructure:"on_backend_error"`
+	OnBackendError BackendErrorPolicy `mapstructure:"on_backend_error"`
 
 	// (Optional) Time limit of each backend call (dial, read and write).
 	// Must be > 0. Defaults to 500ms.
@@ -143,7 +144,7 @@ func Default() Config {
 		ShardRate:       50000,
 		MaxAutoShards:   64,
 		MaxProbes:       2,
-		OnBackendError:  "error",
+		OnBackendError:  FailWithError,
 		BackendTimeout:  500 * time.Millisecond,
 		BreakerCooldown: time.Second,
 		BusyPoll:        100 * time.Microsecond,
@@ -157,9 +158,20 @@ func Default() Config {
 	}
 }
 
-// MaxShards is the largest shard count a limiter may have; it bounds
-// default_shards, max_auto_shards and max_probes.
-const MaxShards = 1024
+// BackendErrorPolicy is what an acquire answers when a backend it needs
+// is unavailable (on_backend_error).
+type BackendErrorPolicy string
+
+// The policies of on_backend_error.
+const (
+	FailWithError BackendErrorPolicy = "error" // return the error
+	FailOpen      BackendErrorPolicy = "allow" // grant
+	FailClosed    BackendErrorPolicy = "deny"  // deny, retry after 1s
+)
+
+// maxShards bounds default_shards, max_auto_shards and max_probes: the
+// largest shard count a limiter may have, defined once, in package limiter.
+const maxShards = limiter.MaxShards
 
 // Validate checks every key and returns nil or an error listing each
 // problem on its own line, each naming the offending key.
@@ -190,20 +202,20 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		bad("key_prefix must not contain '{' or '}' (got %q)", c.KeyPrefix)
 	}
-	if c.DefaultShards < 1 || c.DefaultShards > MaxShards {
-		bad("default_shards must be between 1 and %d (got %d)", MaxShards, c.DefaultShards)
+	if c.DefaultShards < 1 || c.DefaultShards > maxShards {
+		bad("default_shards must be between 1 and %d (got %d)", maxShards, c.DefaultShards)
 	}
 	if c.ShardRate <= 0 {
 		bad("shard_rate must be > 0 (got %d)", c.ShardRate)
 	}
-	if c.MaxAutoShards < 1 || c.MaxAutoShards > MaxShards {
-		bad("max_auto_shards must be between 1 and %d (got %d)", MaxShards, c.MaxAutoShards)
+	if c.MaxAutoShards < 1 || c.MaxAutoShards > maxShards {
+		bad("max_auto_shards must be between 1 and %d (got %d)", maxShards, c.MaxAutoShards)
 	}
-	if c.MaxProbes < 0 || c.MaxProbes > MaxShards {
-		bad("max_probes must be between 0 and %d (got %d)", MaxShards, c.MaxProbes)
+	if c.MaxProbes < 0 || c.MaxProbes > maxShards {
+		bad("max_probes must be between 0 and %d (got %d)", maxShards, c.MaxProbes)
 	}
 	switch c.OnBackendError {
-	case "error", "allow", "deny":
+	case FailWithError, FailOpen, FailClosed:
 	default:
 		bad("on_backend_error must be one of error, allow, deny (got %q)", c.OnBackendError)
 	}

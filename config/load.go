@@ -222,7 +222,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.Int64(flagName("shard_rate"), d.ShardRate, "permits/s per shard that SHARDS AUTO sizes limiters for (> 0)")
 	fs.Int(flagName("max_auto_shards"), d.MaxAutoShards, "most shards SHARDS AUTO gives a limiter (1..1024)")
 	fs.Int(flagName("max_probes"), d.MaxProbes, "other shards an acquire tries after a denial (0..1024)")
-	fs.String(flagName("on_backend_error"), d.OnBackendError, "answer when a backend fails: error, allow (fail open) or deny (fail closed)")
+	fs.String(flagName("on_backend_error"), string(d.OnBackendError), "answer when a backend fails: error, allow (fail open) or deny (fail closed)")
 	fs.Duration(flagName("backend_timeout"), d.BackendTimeout, "time limit of each backend dial, read and write (> 0)")
 	fs.Duration(flagName("breaker_cooldown"), d.BreakerCooldown, "how long a failed backend node is skipped before a probe call (> 0)")
 	fs.Duration(flagName("busy_poll"), d.BusyPoll, "how long an otherwise idle proxy polls a socket before sleeping (0 = never)")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/rlproxy/rlproxy/backend"
@@ -68,70 +69,66 @@ func (l *Limiters) Acquire(ctx context.Context, r Request) (limiter.Result, erro
 	return o.Result, o.Err
 }
 
-// AcquireAll decides many requests (one client's pipeline) at once. Their
-// first tries go out together, so requests on one sub-limiter share one
-// script call, in order; a request that needs more (probing after a
-// denial, a reload after a config change) goes on by itself.
+// AcquireAll is Go that waits for every outcome.
 func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 	out := make([]Outcome, len(reqs))
-	tries := make([]firstTry, 0, len(reqs))
-	at := make([]int, 0, len(reqs)) // the request index of each try
-	calls := make([]coalesce.Call[limiter.Ask, answer], 0, len(reqs))
-	var rest []int           // requests that go on by themselves
-	from := map[int]*tried{} // where a denied first try leaves its probing
+	var wg sync.WaitGroup
+	wg.Add(len(reqs))
+	l.Go(ctx, reqs, func(i int, o Outcome) { out[i] = o; wg.Done() })
+	wg.Wait()
+	return out
+}
+
+// Go decides a batch of requests — one client's pipeline, or a lone
+// request as a batch of one — and reports each outcome through done, with
+// the request's index, as soon as it is known. It is the one acquire
+// path: every request goes through the same steps. First tries go out
+// together, so requests on one sub-limiter share one script call, in
+// order; a request that needs more (probing on from a denied first try,
+// a reload after a config change, a node that is down) goes on by itself.
+//
+// done runs once per request: on the caller's goroutine before Go returns
+// when the answer is at hand (a cached denial, an idle sub-limiter, the
+// full path of a lone request), otherwise on the goroutine that ran the
+// batch or one of its own. It must be quick, must not panic, and must be
+// safe to call concurrently.
+func (l *Limiters) Go(ctx context.Context, reqs []Request, done func(i int, o Outcome)) {
+	var (
+		tries []firstTry
+		at    []int // the request index of each try
+		calls []coalesce.Call[limiter.Ask, answer]
+		rest  []int // requests that take the full path from the start
+	)
 	for i, r := range reqs {
 		t, cached, way := l.firstTry(ctx, r)
 		switch way {
 		case answered:
-			out[i] = cached
+			done(i, cached)
 		case fullPath:
 			rest = append(rest, i)
 		default:
 			tries, at, calls = append(tries, t), append(at, i), append(calls, t.call)
 		}
 	}
-	sent := time.Now() // before any of the calls: a cached denial never outlives the real one
-	for j, o := range l.batches.DoAll(calls) {
-		i := at[j]
-		res, ok, t := l.settle(ctx, reqs[i], tries[j], o, sent)
-		switch {
-		case ok:
-			out[i] = res
-		case t != nil:
-			from[i] = t
-			fallthrough
-		default:
-			rest = append(rest, i)
+	for j, i := range rest {
+		if j < len(rest)-1 || len(calls) > 0 {
+			go func() { done(i, l.full(ctx, reqs[i], nil)) }()
+		} else {
+			done(i, l.full(ctx, reqs[i], nil)) // nothing else to wait for: on the caller's goroutine
 		}
 	}
-	l.each(rest, func(i int) { out[i] = l.full(ctx, reqs[i], from[i]) })
-	return out
-}
-
-// AcquireAsync decides r as Acquire does but hands the outcome to done
-// instead of waiting for it, so that a caller serving one request at a
-// time need not sleep while its request is in a batch. done runs once, on
-// the caller's goroutine before AcquireAsync returns when the answer is
-// at hand (cached denial, idle sub-limiter, full path), otherwise on the
-// goroutine that ran the batch: it must be quick and must not panic.
-func (l *Limiters) AcquireAsync(ctx context.Context, r Request, done func(Outcome)) {
-	t, cached, way := l.firstTry(ctx, r)
-	switch way {
-	case answered:
-		done(cached)
-		return
-	case fullPath:
-		done(l.full(ctx, r, nil))
+	if len(calls) == 0 {
 		return
 	}
-	sent := time.Now()
-	l.batches.Go(t.call.Key, t.call.Item, t.call.Run, func(o coalesce.Outcome[answer]) {
-		res, ok, from := l.settle(ctx, r, t, o, sent)
+	sent := time.Now() // before any of the calls: a cached denial never outlives the real one
+	l.batches.GoAll(calls, func(j int, o coalesce.Outcome[answer]) {
+		i := at[j]
+		res, ok, from := l.settle(ctx, reqs[i], tries[j], o, sent)
 		if ok {
-			done(res)
+			done(i, res)
 			return
 		}
-		go func() { done(l.full(ctx, r, from)) }() // not on the batch's goroutine: it has others to answer
+		go func() { done(i, l.full(ctx, reqs[i], from)) }() // not on the batch's goroutine: it has others to answer
 	})
 }
 
@@ -154,7 +151,7 @@ const (
 // sends it to the full path (unknown config, over capacity, node down).
 func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, int) {
 	e, err := l.config(ctx, r.Name, false)
-	if err != nil || r.Permits > e.Capacity() || e.script == nil {
+	if err != nil || r.Permits > e.Capacity() {
 		return firstTry{}, Outcome{}, fullPath
 	}
 	l.keepAlive(ctx, r.Name, e)
@@ -230,21 +227,6 @@ func (l *Limiters) full(ctx context.Context, r Request, from *tried) Outcome {
 	return l.count(Outcome{Result: res, Err: err, shard: shard})
 }
 
-// each runs f for every index, at the same time when there are several.
-func (l *Limiters) each(idx []int, f func(i int)) {
-	if len(idx) == 1 {
-		f(idx[0])
-		return
-	}
-	done := make(chan struct{}, len(idx))
-	for _, i := range idx {
-		go func() { f(i); done <- struct{}{} }()
-	}
-	for range idx {
-		<-done
-	}
-}
-
 // count records an outcome in the stats and applies the backend error
 // policy to it.
 func (l *Limiters) count(o Outcome) Outcome {
@@ -265,9 +247,9 @@ func (l *Limiters) count(o Outcome) Outcome {
 // onBackendError applies the configured policy when a needed backend is down.
 func (l *Limiters) onBackendError(err error) (limiter.Result, error) {
 	switch l.opts.OnBackendError {
-	case "allow":
+	case FailOpen:
 		return limiter.Result{Granted: true}, nil
-	case "deny":
+	case FailClosed:
 		return limiter.Result{RetryAfterMs: 1000, ResetAfterMs: 1000}, nil
 	}
 	return limiter.Result{}, err
@@ -280,9 +262,6 @@ func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (limiter
 		e, err := l.config(ctx, r.Name, attempt > 0)
 		if err != nil {
 			return limiter.Result{}, 0, err
-		}
-		if e.script == nil {
-			return limiter.Result{}, 0, fmt.Errorf("algorithm '%s' is not supported yet", e.Algo)
 		}
 		if c := e.Capacity(); r.Permits > c {
 			if attempt == 0 {

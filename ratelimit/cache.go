@@ -17,7 +17,7 @@ import (
 type entry struct {
 	limiter.Stored
 	name   string
-	script *redis.Script   // nil when rlproxy has no script for the algorithm
+	script *redis.Script   // never nil in an entry config returns
 	nodes  []*backend.Node // per shard, its node
 	shared []route         // per shard, for the shared budget (OVERALL mode)
 }
@@ -113,19 +113,28 @@ func (l *Limiters) load(ctx context.Context, name string) (*entry, error) {
 // The cache needs no expiry: every script checks the epoch it is given and
 // says when the config changed, and then the caller reloads.
 func (l *Limiters) config(ctx context.Context, name string, fresh bool) (*entry, error) {
+	var e *entry
 	if !fresh {
 		l.mu.RLock()
-		e, ok := l.cache[name]
+		e = l.cache[name]
 		l.mu.RUnlock()
-		if ok {
-			return e, nil
+	}
+	if e == nil {
+		var err error
+		if e, err = l.load(ctx, name); err != nil {
+			return nil, err
+		}
+		if e == nil {
+			return nil, &NoLimiterError{Name: name}
 		}
 	}
-	e, err := l.load(ctx, name)
-	if err == nil && e == nil {
-		err = &NoLimiterError{Name: name}
+	if e.script == nil {
+		// Written by a proxy that knows an algorithm this one does not:
+		// rejected here, where the stored config is read, so nothing past
+		// this point meets an algorithm without a script.
+		return nil, fmt.Errorf("limiter '%s' uses algorithm '%s', which this rlproxy does not know", name, e.Algo)
 	}
-	return e, err
+	return e, nil
 }
 
 // forget drops what this proxy remembers of a limiter: its config and

@@ -23,8 +23,8 @@ type Options struct {
 	// MaxProbes is how many other shards a denied request tries.
 	MaxProbes int
 	// OnBackendError is what an acquire answers when the backend it needs
-	// is unavailable: "error" (default), "allow" or "deny".
-	OnBackendError string
+	// is unavailable (default: the error).
+	OnBackendError Policy
 	// DenyCache answers repeated denials locally until their retry_after.
 	DenyCache bool
 	// DenyCacheSize bounds the denials remembered (0: DefaultDenyCacheSize).
@@ -52,11 +52,11 @@ type Limiters struct {
 	denials denyCache
 	queues  queues
 	waiters atomic.Int64
-	stats   Stats
+	stats   counters
 }
 
-// Stats count decisions, for INFO.
-type Stats struct {
+// counters count decisions as they are made.
+type counters struct {
 	Granted, Denied, Errors, CachedDenials atomic.Int64
 }
 
@@ -86,22 +86,27 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 	return l
 }
 
-// Stats returns the decision counters.
-func (l *Limiters) Stats() *Stats { return &l.stats }
-
-// Info returns the INFO lines of the limiters section.
-func (l *Limiters) Info() []string {
-	return []string{
-		fmt.Sprintf("granted:%d", l.stats.Granted.Load()),
-		fmt.Sprintf("denied:%d", l.stats.Denied.Load()),
-		fmt.Sprintf("denied_from_cache:%d", l.stats.CachedDenials.Load()),
-		fmt.Sprintf("errors:%d", l.stats.Errors.Load()),
-		fmt.Sprintf("waiting_clients:%d", l.waiters.Load()),
-	}
+// Stats are the limiters' figures at one moment: decisions since start
+// and what is held now. INFO and /metrics read them (internal/proxy's
+// stats table).
+type Stats struct {
+	Granted, Denied, Errors int64
+	DeniedFromCache         int64 // of Denied, answered by the deny cache
+	WaitingClients          int64 // waiting (TIMEOUT/BLOCK) now
+	CachedDenials           int64 // held by the deny cache now
 }
 
-// Supports reports whether rlproxy has a script for an algorithm.
-func (l *Limiters) Supports(a limiter.Algo) bool { return l.scripts.Limiter(a) != nil }
+// Stats returns the limiters' figures now.
+func (l *Limiters) Stats() Stats {
+	return Stats{
+		Granted:         l.stats.Granted.Load(),
+		Denied:          l.stats.Denied.Load(),
+		Errors:          l.stats.Errors.Load(),
+		DeniedFromCache: l.stats.CachedDenials.Load(),
+		WaitingClients:  l.waiters.Load(),
+		CachedDenials:   int64(l.denials.len()),
+	}
+}
 
 // nodes returns the node of each of a limiter's shards (rendezvous
 // hashing with bounded loads, see Placement). Shard 0, whose config says
@@ -208,10 +213,7 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 		if err != nil {
 			return 0, err
 		}
-		script := l.scripts.Limiter(st.Algo)
-		if script == nil {
-			return 0, fmt.Errorf("algorithm '%s' is not supported yet", st.Algo)
-		}
+		script := st.script
 		var total int64
 		changed := false
 		for shard := 0; shard < st.Shards && !changed; shard++ {

@@ -51,12 +51,10 @@ func benchTable() []commands.Command {
 	h := func(context.Context, commands.Caller, []string) (any, error) {
 		return []int64{1, 99, 0, 10}, nil
 	}
-	batch := func(_ context.Context, _ commands.Caller, calls [][]string) []any {
-		out := make([]any, len(calls))
-		for i := range out {
-			out[i] = []int64{1, 99, 0, 10}
+	batch := func(_ context.Context, _ commands.Caller, calls [][]string, reply func(int, any)) {
+		for i := range calls {
+			reply(i, []int64{1, 99, 0, 10})
 		}
-		return out
 	}
 	return []commands.Command{
 		{Name: "B.CONCURRENT", Arity: -2, Group: "bench", Summary: "Answers like RL.ACQUIRE.", Handler: h, Batch: batch},

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/rlproxy/rlproxy/commands"
+	"github.com/rlproxy/rlproxy/internal/oneline"
 )
 
 // appendReply encodes a handler's reply in the client's protocol. redcon
@@ -106,9 +107,4 @@ func hasCode(msg string) bool {
 }
 
 // oneLine keeps a reply on one line: CR or LF would split the RESP frame.
-func oneLine(s string) string {
-	if !strings.ContainsAny(s, "\r\n") {
-		return s
-	}
-	return strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
-}
+func oneLine(s string) string { return oneline.Scrub(s) }

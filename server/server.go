@@ -209,9 +209,14 @@ func (s *Server) connectedClients() int {
 
 // handle runs the commands a client sent together (one pipeline, as far
 // as it has been read) and writes their replies in order; redcon flushes
-// once per pipeline. A run of neighbouring calls of a command with a
-// Batch handler (RL.ACQUIRE) goes to it at once, so they can share
-// backend calls instead of paying one round trip each.
+// once per pipeline. A command with a Batch handler (RL.ACQUIRE) always
+// goes through it (callBatch): a run of neighbouring calls of it at once,
+// so they can share backend calls instead of paying one round trip each;
+// a lone call as a batch of one whose reply is written by whichever
+// goroutine decides it, so the connection goes back to reading at once.
+// That spares a sleep and a wake-up per request — most of a request's
+// cost beyond its socket I/O when clients do not pipeline. The next
+// command of this client waits for that reply to be out (c.pending).
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	c := conn.Context().(*client)
 	c.pending.Wait() // replies go out in order
@@ -227,26 +232,41 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		clear(c.cmds) // no reference into redcon's buffer outlives the call
 		clear(c.calls)
 	}()
-	if len(calls) == 1 && s.callAsync(c, calls[0]) {
-		return // its reply ends the request when it goes out
+	if len(calls) == 1 {
+		if cmd := s.batchable(c, calls[0]); cmd != nil {
+			c.pending.Add(1)
+			s.callBatch(c, cmd, calls, func(_ int, v any) {
+				// c.buf is free: handle waits for this reply before using it.
+				c.buf = appendReply(c.buf[:0], v, c.proto)
+				// A write error means the client is gone: its reader sees it too.
+				c.conn.Write(c.buf) //nolint:errcheck
+				s.opts.Poller.End()
+				c.pending.Done()
+			})
+			return // its reply ends the request when it goes out
+		}
 	}
 	defer s.opts.Poller.End()
 	c.buf = c.buf[:0]
 	for i := 0; i < len(calls) && !c.quit; {
-		j := i + 1
-		if batch := s.batchable(c, calls[i]); batch != nil {
-			for j < len(calls) && s.batchable(c, calls[j]) != nil && strings.EqualFold(calls[j][0], calls[i][0]) {
-				j++
-			}
-			if j-i > 1 {
-				for _, reply := range s.callBatch(c, batch, calls[i:j]) {
-					c.buf = appendReply(c.buf, reply, c.proto)
-				}
-				i = j
-				continue
-			}
+		cmd := s.batchable(c, calls[i])
+		if cmd == nil {
+			c.buf = appendReply(c.buf, s.call(c, calls[i]), c.proto)
+			i++
+			continue
 		}
-		c.buf = appendReply(c.buf, s.call(c, calls[i]), c.proto)
+		j := i + 1
+		for j < len(calls) && s.batchable(c, calls[j]) == cmd {
+			j++
+		}
+		replies := make([]any, j-i)
+		var wg sync.WaitGroup
+		wg.Add(j - i)
+		s.callBatch(c, cmd, calls[i:j], func(k int, v any) { replies[k] = v; wg.Done() })
+		wg.Wait()
+		for _, reply := range replies {
+			c.buf = appendReply(c.buf, reply, c.proto)
+		}
 		i = j
 	}
 	conn.WriteRaw(c.buf)
@@ -274,78 +294,44 @@ func argStrings(args [][]byte) []string {
 	return out
 }
 
-// runnable returns the command of a call that may skip the ordinary path
-// (batch, async): a known command, from an authenticated client, with the
-// right arity. Anything else takes the ordinary path and its error.
-func (s *Server) runnable(c *client, args []string) *commands.Command {
+// batchable returns the command of a call that goes through its Batch
+// handler: a known command that has one, from an authenticated client,
+// with the right arity. Anything else takes the ordinary path (call) and
+// its error.
+func (s *Server) batchable(c *client, args []string) *commands.Command {
 	cmd := s.table.Lookup(args[0])
-	if cmd == nil || !c.authed || !cmd.ArityOK(len(args)) {
+	if cmd == nil || cmd.Batch == nil || !c.authed || !cmd.ArityOK(len(args)) {
 		return nil
 	}
 	return cmd
 }
 
-// batchable returns the batch handler of a call that may join a batch.
-func (s *Server) batchable(c *client, args []string) commands.BatchHandler {
-	if cmd := s.runnable(c, args); cmd != nil {
-		return cmd.Batch
-	}
-	return nil
-}
-
-// callAsync starts a lone call of a command with an async handler: the
-// reply is written to the socket by whichever goroutine decides it, and
-// the connection goes back to reading at once. That spares a sleep and a
-// wake-up per request — most of a request's cost beyond its socket I/O
-// when clients do not pipeline. The next command of this client waits
-// for the reply to be out (handle). It returns false when the call takes
-// the ordinary path.
-func (s *Server) callAsync(c *client, args []string) (started bool) {
-	cmd := s.runnable(c, args)
-	if cmd == nil || cmd.Async == nil {
-		return false
-	}
-	var once sync.Once // a handler that panics after replying must not reply twice
-	reply := func(v any) {
-		once.Do(func() {
-			// c.buf is free: handle waits for this reply before using it.
-			c.buf = appendReply(c.buf[:0], v, c.proto)
-			// A write error means the client is gone: its reader sees it too.
-			c.conn.Write(c.buf) //nolint:errcheck
-			s.opts.Poller.End()
-			c.pending.Done()
-		})
-	}
-	c.pending.Add(1)
-	defer func() {
-		if p := recover(); p != nil {
-			reply(s.recovered(args[0], p))
-			started = true
-		}
-		if started {
-			s.stats.commands.Add(1)
-		}
-	}()
-	if !cmd.Async(c.ctx, c, args, reply) {
-		c.pending.Done()
-		return false
-	}
-	return true
-}
-
-// callBatch runs calls through a batch handler, recovering from panics.
-func (s *Server) callBatch(c *client, batch commands.BatchHandler, calls [][]string) (replies []any) {
+// callBatch starts calls of a command through its Batch handler; each
+// reply comes through reply(i, v), exactly once per call. A handler that
+// panics does not take the process down: the calls it has not answered
+// get an error, and one it answered is not answered twice.
+func (s *Server) callBatch(c *client, cmd *commands.Command, calls [][]string, reply func(i int, v any)) {
 	s.stats.commands.Add(int64(len(calls)))
+	var mu sync.Mutex
+	answered := make([]bool, len(calls))
+	once := func(i int, v any) {
+		mu.Lock()
+		first := !answered[i]
+		answered[i] = true
+		mu.Unlock()
+		if first {
+			reply(i, v)
+		}
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err := s.recovered(calls[0][0], p)
-			replies = make([]any, len(calls))
-			for i := range replies {
-				replies[i] = err
+			for i := range calls {
+				once(i, err)
 			}
 		}
 	}()
-	return batch(c.ctx, c, calls)
+	cmd.Batch(c.ctx, c, calls, once)
 }
 
 // recovered logs a panic of command's handler and returns the error its

@@ -44,7 +44,7 @@ func testTable(release <-chan struct{}) []commands.Command {
 			}},
 		{Name: "T.PANIC", Arity: 1, Group: "test", Summary: "Panics (pipelined ones as a batch).",
 			Handler: func(context.Context, commands.Caller, []string) (any, error) { panic("boom") },
-			Batch:   func(context.Context, commands.Caller, [][]string) []any { panic("batch boom") }},
+			Batch:   func(context.Context, commands.Caller, [][]string, func(int, any)) { panic("batch boom") }},
 		{Name: "T.WAIT", Arity: 1, Group: "test", Summary: "Waits for the test.",
 			Handler: func(ctx context.Context, _ commands.Caller, _ []string) (any, error) {
 				select {
@@ -66,20 +66,23 @@ func testTable(release <-chan struct{}) []commands.Command {
 			}},
 		{Name: "T.ASYNC", Arity: -1, Group: "test", Summary: "Answers LATER once released; SYNC when pipelined or asked to.",
 			Handler: func(context.Context, commands.Caller, []string) (any, error) { return commands.Status("SYNC"), nil },
-			Async: func(_ context.Context, _ commands.Caller, args []string, reply func(any)) bool {
+			Batch: func(_ context.Context, _ commands.Caller, calls [][]string, reply func(int, any)) {
+				args := calls[0]
 				switch {
-				case len(args) > 1 && args[1] == "sync":
-					return false
+				case len(calls) > 1 || len(args) > 1 && args[1] == "sync":
+					for i := range calls {
+						reply(i, commands.Status("SYNC"))
+					}
+					return
 				case len(args) > 1 && args[1] == "panic":
-					reply(commands.Status("BEFORE"))
+					reply(0, commands.Status("BEFORE"))
 					panic("async boom")
 				}
 				asyncStarted <- struct{}{}
 				go func() {
 					<-release
-					reply(commands.Status("LATER"))
+					reply(0, commands.Status("LATER"))
 				}()
-				return true
 			}},
 		{Name: "T.NAME", Arity: 1, Group: "test", Summary: "Returns the caller's name.",
 			Handler: func(_ context.Context, c commands.Caller, _ []string) (any, error) { return c.Name(), nil }},

@@ -355,7 +355,7 @@ func TestShardOnBackendError(t *testing.T) {
 		{"allow", []any{int64(1), int64(0), int64(0), int64(0)}},
 		{"deny", []any{int64(0), int64(0), int64(1000), int64(1000)}},
 	} {
-		h := shardFailProxy(t, nodes, func(c *config.Config) { c.OnBackendError = tc.policy })
+		h := shardFailProxy(t, nodes, func(c *config.Config) { c.OnBackendError = config.BackendErrorPolicy(tc.policy) })
 		h.Do(t, "RL.SETRATE", "p-"+tc.policy, 10, "1s", "SHARDS", 2).Equal(int64(1))
 		h.Do(t, "RL.ACQUIRE", "p-"+tc.policy).Granted(4)
 		t.Run(tc.policy, func(t *testing.T) {

@@ -9,37 +9,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rlproxy/rlproxy/backend"
-	"github.com/rlproxy/rlproxy/internal/busypoll"
-	"github.com/rlproxy/rlproxy/ratelimit"
 )
 
-// metrics serves Prometheus metrics read from the same counters as INFO.
+// metrics serves Prometheus metrics: the stats table (stats.go), which
+// INFO reads too, and each backend node's backend.Stats.
 type metrics struct {
 	srv *http.Server
 	ln  net.Listener
 }
 
-func startMetrics(addr string, pool *backend.Pool, l *ratelimit.Limiters, poller *busypoll.Poller) (*metrics, error) {
+func startMetrics(addr string, pool *backend.Pool, table []stat) (*metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	counter := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rlproxy", Name: name, Help: help}, f)
-	}
-	st := l.Stats()
-	reg.MustRegister(
-		counter("acquire_granted_total", "RL.ACQUIRE calls granted.", func() float64 { return float64(st.Granted.Load()) }),
-		counter("acquire_denied_total", "RL.ACQUIRE calls denied.", func() float64 { return float64(st.Denied.Load()) }),
-		counter("acquire_denied_from_cache_total", "Denials answered from the deny cache.", func() float64 { return float64(st.CachedDenials.Load()) }),
-		counter("acquire_errors_total", "RL.ACQUIRE calls that failed.", func() float64 { return float64(st.Errors.Load()) }),
-		counter("busy_poll_reads_total", "Socket reads that polled before sleeping.", func() float64 {
-			polled, _ := poller.Stats()
-			return float64(polled)
-		}),
-		counter("busy_poll_caught_total", "Polling reads whose data came while polling.", func() float64 {
-			_, caught := poller.Stats()
-			return float64(caught)
-		}),
-	)
+	reg.MustRegister(statCollectors(table)...)
 	for _, n := range pool.Nodes() {
 		labels := prometheus.Labels{"node": n.Name()}
 		stats := n.Stats

@@ -7,15 +7,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
 	"github.com/rlproxy/rlproxy/limiter"
-	"github.com/rlproxy/rlproxy/server"
 	"github.com/rlproxy/rlproxy/ratelimit"
+	"github.com/rlproxy/rlproxy/server"
 )
 
 // Version is rlproxy's version.
@@ -50,22 +49,19 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	limiters := ratelimit.New(pool, scripts, ratelimit.Options{
 		KeyPrefix:      cfg.KeyPrefix,
 		MaxProbes:      cfg.MaxProbes,
-		OnBackendError: cfg.OnBackendError,
+		OnBackendError: backendErrorPolicy[cfg.OnBackendError],
 		DenyCache:      cfg.DenyCache,
 		DenyCacheSize:  cfg.DenyCacheSize,
 		MaxWaiters:     cfg.MaxWaiters,
 	})
+	stats := statTable(limiters, cfg.BusyPoll, poller)
 	srv := server.New(server.Options{
 		Listen:      cfg.Listen,
 		RequirePass: cfg.RequirePass,
 		Version:     Version,
 		Log:         log,
 		Poller:      poller,
-		Info: []server.InfoSection{
-			{Name: "Backends", Lines: pool.Info},
-			{Name: "Limiters", Lines: limiters.Info},
-			{Name: "BusyPoll", Lines: func() []string { return busyPollInfo(cfg.BusyPoll, poller) }},
-		},
+		Info:        append([]server.InfoSection{{Name: "Backends", Lines: pool.Info}}, infoSections(stats)...),
 	}, commands.Limiters(limiters, commands.Options{
 		DefaultShards: cfg.DefaultShards,
 		ShardRate:     cfg.ShardRate,
@@ -77,7 +73,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	}
 	p := &Proxy{pool: pool, server: srv, done: make(chan error, 1)}
 	if cfg.MetricsListen != "" {
-		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, limiters, poller); err != nil {
+		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats); err != nil {
 			srv.Close()
 			pool.Close()
 			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
@@ -87,18 +83,11 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	return p, nil
 }
 
-// busyPollInfo is INFO's BusyPoll section: the budget (0 when polling is
-// off), reads that polled and how many found their data while polling.
-func busyPollInfo(budget time.Duration, p *busypoll.Poller) []string {
-	if p == nil {
-		budget = 0
-	}
-	polled, caught := p.Stats()
-	return []string{
-		fmt.Sprintf("busy_poll_us:%d", budget.Microseconds()),
-		fmt.Sprintf("busy_poll_reads:%d", polled),
-		fmt.Sprintf("busy_poll_caught:%d", caught),
-	}
+// backendErrorPolicy maps on_backend_error to the limiters' policy.
+var backendErrorPolicy = map[config.BackendErrorPolicy]ratelimit.Policy{
+	config.FailWithError: ratelimit.FailWithError,
+	config.FailOpen:      ratelimit.FailOpen,
+	config.FailClosed:    ratelimit.FailClosed,
 }
 
 // Addr is the address clients connect to.
