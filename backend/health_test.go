@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rlproxy/rlproxy/internal/redistest"
 )
 
 // The breaker on its own, with explicit times.
@@ -127,7 +129,7 @@ func TestNodeBreaker(t *testing.T) {
 	before = runs.Load()
 	probeDone := make(chan error, 1)
 	go func() { probeDone <- n.do(probe) }()
-	waitFor(t, func() bool { return runs.Load() == before+1 })
+	redistest.WaitFor(t, func() bool { return runs.Load() == before+1 })
 	for range 10 {
 		wg.Add(1)
 		go func() {
@@ -155,16 +157,5 @@ func TestNodeBreaker(t *testing.T) {
 	s := n.Stats()
 	if s.Calls != int64(runs.Load()) || s.Errors != 2+100+10 {
 		t.Errorf("stats %+v, want %d calls (those that reached the node) and 112 errors", s, runs.Load())
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

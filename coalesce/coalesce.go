@@ -175,16 +175,8 @@ func (c *Coalescer[I, R]) enqueueLocked(key string, p *pending[I, R], run RunFun
 // drain runs g's first batch on the caller's goroutine; later batches
 // follow on their own (run, followUp) until the queue is empty.
 func (c *Coalescer[I, R]) drain(g *group[I, R]) {
-	max := c.MaxBatch
-	if max <= 0 {
-		max = 1024
-	}
 	c.mu.Lock()
-	batch := g.queue
-	if len(batch) > max {
-		batch = batch[:max]
-	}
-	g.queue = g.queue[len(batch):]
+	batch := c.take(g)
 	c.mu.Unlock()
 	c.run(g, batch)
 }
@@ -196,17 +188,12 @@ func (c *Coalescer[I, R]) drain(g *group[I, R]) {
 // call of their own: the first of them would, while the rest queue
 // behind it.
 func (c *Coalescer[I, R]) followUp(g *group[I, R]) {
-	max := c.MaxBatch
-	if max <= 0 {
-		max = 1024
-	}
 	c.mu.Lock()
-	if want := min(g.peak-g.peak/8, max); c.MaxGather > 0 && len(g.queue) < want {
-		wait := c.MaxGather
+	if want := min(g.peak-g.peak/8, c.maxBatch()); c.MaxGather > 0 && len(g.queue) < want {
 		full := make(chan struct{})
 		g.want, g.full = want, full
 		c.mu.Unlock()
-		t := time.NewTimer(wait)
+		t := time.NewTimer(c.MaxGather)
 		select {
 		case <-full:
 		case <-t.C:
@@ -221,13 +208,23 @@ func (c *Coalescer[I, R]) followUp(g *group[I, R]) {
 		c.mu.Unlock()
 		return
 	}
-	batch := g.queue
-	if len(batch) > max {
-		batch = batch[:max]
-	}
-	g.queue = g.queue[len(batch):]
+	batch := c.take(g)
 	c.mu.Unlock()
 	c.run(g, batch)
+}
+
+func (c *Coalescer[I, R]) maxBatch() int {
+	if c.MaxBatch <= 0 {
+		return 1024
+	}
+	return c.MaxBatch
+}
+
+// take removes g's next batch from its queue (c.mu held).
+func (c *Coalescer[I, R]) take(g *group[I, R]) []*pending[I, R] {
+	batch := g.queue[:min(len(g.queue), c.maxBatch())]
+	g.queue = g.queue[len(batch):]
+	return batch
 }
 
 // run runs one batch of g, hands out its results, and starts the next

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rlproxy/rlproxy/internal/redistest"
 )
 
 // recorder is a RunFunc that remembers every batch it ran and answers each
@@ -98,7 +100,7 @@ func TestCoalescerMergesConcurrentCalls(t *testing.T) {
 	}
 	t.Logf("%d calls ran in %d batches", n, len(r.batches))
 	// The key's group goes once its queue is empty.
-	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups) == 0 })
+	redistest.WaitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups) == 0 })
 }
 
 // Items queued behind a running batch go in the next batch in arrival
@@ -124,7 +126,7 @@ func TestCoalescerKeepsArrivalOrder(t *testing.T) {
 	}
 	done := make(chan error, 6)
 	go func() { _, err := c.Do(context.Background(), "k", 0, run); done <- err }()
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 1 })
+	redistest.WaitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 1 })
 	for i := 1; i <= 5; i++ {
 		go func() {
 			got, err := c.Do(context.Background(), "k", i, run)
@@ -134,7 +136,7 @@ func TestCoalescerKeepsArrivalOrder(t *testing.T) {
 			done <- err
 		}()
 		// Queue one at a time, so arrival order is known.
-		waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups["k"].queue) == i })
+		redistest.WaitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups["k"].queue) == i })
 	}
 	close(release)
 	for range 6 {
@@ -178,12 +180,12 @@ func TestCoalescerGo(t *testing.T) {
 
 	outs := make(chan Outcome[answerOf], 4)
 	go c.Go("k", 1, run, func(o Outcome[answerOf]) { outs <- o })
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 2 })
+	redistest.WaitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 2 })
 	c.Go("k", 2, run, func(o Outcome[answerOf]) { outs <- o }) // queues: returns at once
-	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups["k"].queue) == 1 })
+	redistest.WaitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups["k"].queue) == 1 })
 	doDone := make(chan answerOf)
 	go func() { a, _ := c.Do(context.Background(), "k", 3, run); doDone <- a }()
-	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups["k"].queue) == 2 })
+	redistest.WaitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups["k"].queue) == 2 })
 	close(release)
 
 	byItem := map[int]answerOf{}
@@ -313,17 +315,6 @@ func TestCoalescerCallerGivesUp(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // closedLoop runs n callers that each send their next item as soon as
 // they have the last one's result, for rounds items each, against a slow
 // run, and returns the batch sizes.
@@ -377,7 +368,7 @@ func TestCoalescerGathersClosedLoopCallers(t *testing.T) {
 	if len(with) >= len(without) {
 		t.Errorf("gathering ran %d batches, no fewer than %d without it", len(with), len(without))
 	}
-	waitFor(t, func() bool { gather.mu.Lock(); defer gather.mu.Unlock(); return len(gather.groups) == 0 })
+	redistest.WaitFor(t, func() bool { gather.mu.Lock(); defer gather.mu.Unlock(); return len(gather.groups) == 0 })
 }
 
 // A key used by one caller at a time never waits to gather.
