@@ -156,10 +156,8 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 	}
 	l.keepAlive(ctx, r.Name, e)
 	shard := int(rand.Uint64() % uint64(e.Shards))
-	if l.opts.DenyCache && r.MaxWait == 0 && e.Shards == 1 {
-		k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
-		if res, ok := l.denials.check(r.Name, k, r.Permits, time.Now()); ok {
-			l.stats.CachedDenials.Add(1)
+	if e.Shards == 1 {
+		if res, ok := l.cachedDenial(r, e, shard); ok {
 			return firstTry{}, l.count(Outcome{Result: res}), answered
 		}
 	}
@@ -179,21 +177,21 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 // try went out (a cached denial must not outlive the real one).
 func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce.Outcome[answer], sent time.Time) (Outcome, bool, *tried) {
 	a := o.Res
-	switch {
-	case o.Err != nil, a.status != limiter.StatusOK, a.OverCapacity:
+	if o.Err != nil {
 		return Outcome{}, false, nil
-	case a.Granted:
+	}
+	switch decide(a) {
+	case grant:
 		if ctx.Err() != nil {
 			// Best effort for a gone client, and not on the batch's
-			// goroutine (AcquireAsync): it has others to answer.
+			// goroutine: it has others to answer.
 			go l.giveBack(t.e, r, t.shard) //nolint:errcheck
 		}
 		return l.count(Outcome{Result: a.Result, shard: t.shard}), true, nil
+	case missing, reload:
+		return Outcome{}, false, nil // the full path sorts it out
 	}
-	if l.opts.DenyCache && r.MaxWait == 0 {
-		k := subKey{shard: t.shard, epoch: t.e.Epoch, client: clientKey(&t.e.Stored, r.Client)}
-		l.denials.add(r.Name, k, r.Permits, sent, a.Result)
-	}
+	l.rememberDenial(r, t.e, t.shard, sent, a.Result)
 	if t.e.Shards > 1 && l.opts.MaxProbes > 0 {
 		// Other shards may have permits: the full path probes on from here.
 		from := &tried{e: t.e, shard: t.shard}
@@ -291,7 +289,6 @@ func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (limiter
 // random start, or on from a denied first try (from), so a request costs
 // at most 1 + MaxProbes script calls either way.
 func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from *tried) (limiter.Result, int, error) {
-	client := clientKey(&e.Stored, r.Client)
 	var denied sharding.Merged
 	var lastErr error
 	var order []int
@@ -303,13 +300,9 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 	}
 	for i := 0; i < len(order); i++ {
 		shard := order[i]
-		k := subKey{shard: shard, epoch: e.Epoch, client: client}
-		if l.opts.DenyCache && r.MaxWait == 0 {
-			if res, ok := l.denials.check(r.Name, k, r.Permits, time.Now()); ok {
-				l.stats.CachedDenials.Add(1)
-				denied.Add(res.Remaining, res.RetryAfterMs, res.ResetAfterMs)
-				continue
-			}
+		if res, ok := l.cachedDenial(r, e, shard); ok {
+			denied.Add(res.Remaining, res.RetryAfterMs, res.ResetAfterMs)
+			continue
 		}
 		sent := time.Now()
 		var a answer
@@ -329,22 +322,19 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 			}
 			return limiter.Result{}, 0, err
 		}
-		switch {
-		case a.status == limiter.StatusNoLimiter && shard == 0:
-			l.forget(r.Name)
-			return limiter.Result{}, 0, &NoLimiterError{Name: r.Name}
-		case a.status == limiter.StatusNoLimiter:
+		switch decide(a) {
+		case missing:
+			if shard == 0 {
+				l.forget(r.Name)
+				return limiter.Result{}, 0, &NoLimiterError{Name: r.Name}
+			}
 			return limiter.Result{}, 0, &missingShard{shard: shard}
-		case a.status != limiter.StatusOK:
+		case reload:
 			return limiter.Result{}, 0, errConfigChanged
-		case a.OverCapacity:
-			return limiter.Result{}, 0, errConfigChanged
-		case a.Granted:
+		case grant:
 			return a.Result, shard, nil
 		}
-		if l.opts.DenyCache && r.MaxWait == 0 {
-			l.denials.add(r.Name, k, r.Permits, sent, a.Result)
-		}
+		l.rememberDenial(r, e, shard, sent, a.Result)
 		denied.Add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
 	}
 	if denied.Len() == 0 {
@@ -353,6 +343,53 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 	var res limiter.Result
 	res.Remaining, res.RetryAfterMs, res.ResetAfterMs = denied.Result()
 	return res, 0, nil
+}
+
+// verdict is what one sub-limiter's answer means for a request.
+type verdict int
+
+const (
+	grant verdict = iota
+	deny
+	reload  // the config changed (epoch, or a capacity the request is over): reload, try again
+	missing // this sub-limiter has no config
+)
+
+// decide is the one reading of a sub-limiter's answer, for first tries
+// and probes alike.
+func decide(a answer) verdict {
+	switch {
+	case a.status == limiter.StatusNoLimiter:
+		return missing
+	case a.status != limiter.StatusOK, a.OverCapacity:
+		return reload
+	case a.Granted:
+		return grant
+	}
+	return deny
+}
+
+// cachedDenial answers r on e's shard from the deny cache, if it may.
+func (l *Limiters) cachedDenial(r Request, e *entry, shard int) (limiter.Result, bool) {
+	if !l.opts.DenyCache || r.MaxWait != 0 {
+		return limiter.Result{}, false
+	}
+	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
+	res, ok := l.denials.check(r.Name, k, r.Permits, time.Now())
+	if ok {
+		l.stats.CachedDenials.Add(1)
+	}
+	return res, ok
+}
+
+// rememberDenial puts a denial of r on e's shard, decided no earlier than
+// sent, in the deny cache.
+func (l *Limiters) rememberDenial(r Request, e *entry, shard int, sent time.Time, res limiter.Result) {
+	if !l.opts.DenyCache || r.MaxWait != 0 {
+		return
+	}
+	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
+	l.denials.add(r.Name, k, r.Permits, sent, res)
 }
 
 // acquireOn asks one sub-limiter. Concurrent requests for the same
