@@ -443,15 +443,7 @@ func (l *Limiters) keepAlive(ctx context.Context, name string, e *entry) {
 	if e.TTL <= 0 || e.Shards == 1 {
 		return // a single shard refreshes its own TTL on every call
 	}
-	now := time.Now()
-	l.mu.Lock()
-	last, ok := l.touched[name]
-	due := !ok || now.Sub(last) >= e.TTL/4
-	if due {
-		l.touched[name] = now
-	}
-	l.mu.Unlock()
-	if due {
+	if l.configs.due(name, time.Now(), e.TTL/4) {
 		// TTL plus the refresh period: whatever call comes last before the
 		// next refresh, the limiter lives at least TTL after it.
 		e.nodes[0].PExpire(ctx, l.keys.Config(name, 0), e.TTL+e.TTL/4) //nolint:errcheck // the next call retries

@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/backend"
@@ -96,16 +98,7 @@ func (l *Limiters) load(ctx context.Context, name string) (*entry, error) {
 		return nil, fmt.Errorf("limiter '%s': %w", name, err)
 	}
 	e := l.newEntry(name, st)
-	l.mu.Lock()
-	if len(l.cache) >= maxCached {
-		for k := range l.cache {
-			delete(l.cache, k)
-			delete(l.touched, k)
-			break
-		}
-	}
-	l.cache[name] = e
-	l.mu.Unlock()
+	l.configs.put(name, e)
 	return e, nil
 }
 
@@ -115,9 +108,7 @@ func (l *Limiters) load(ctx context.Context, name string) (*entry, error) {
 func (l *Limiters) config(ctx context.Context, name string, fresh bool) (*entry, error) {
 	var e *entry
 	if !fresh {
-		l.mu.RLock()
-		e = l.cache[name]
-		l.mu.RUnlock()
+		e = l.configs.get(name)
 	}
 	if e == nil {
 		var err error
@@ -140,9 +131,67 @@ func (l *Limiters) config(ctx context.Context, name string, fresh bool) (*entry,
 // forget drops what this proxy remembers of a limiter: its config and
 // its cached denials.
 func (l *Limiters) forget(name string) {
-	l.mu.Lock()
-	delete(l.cache, name)
-	delete(l.touched, name)
-	l.mu.Unlock()
+	l.configs.drop(name)
 	l.denials.forget(name)
+}
+
+// configCache holds the limiter configs this proxy has read, and when it
+// last refreshed each one's TTL (keepAlive). It needs no expiry: every
+// script checks the epoch it is given and says when the config changed,
+// and then the caller reloads. The zero value is ready to use.
+type configCache struct {
+	mu      sync.RWMutex
+	entries map[string]*entry
+	touched map[string]time.Time // last keepAlive per limiter
+}
+
+// maxCached bounds the config cache; past it a random entry is dropped
+// (configs are re-read on demand, so dropping one only costs a read).
+const maxCached = 100_000
+
+// get returns a cached config, or nil.
+func (c *configCache) get(name string) *entry {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.entries[name]
+}
+
+// put caches a config, dropping a random one when full.
+func (c *configCache) put(name string, e *entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[string]*entry{}
+	}
+	if len(c.entries) >= maxCached {
+		for k := range c.entries {
+			delete(c.entries, k)
+			delete(c.touched, k)
+			break
+		}
+	}
+	c.entries[name] = e
+}
+
+// drop forgets a limiter's config.
+func (c *configCache) drop(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, name)
+	delete(c.touched, name)
+}
+
+// due reports whether a limiter's TTL was last refreshed at least every
+// ago (or never), and if so records now as its last refresh.
+func (c *configCache) due(name string, now time.Time, every time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if last, ok := c.touched[name]; ok && now.Sub(last) < every {
+		return false
+	}
+	if c.touched == nil {
+		c.touched = map[string]time.Time{}
+	}
+	c.touched[name] = now
+	return true
 }

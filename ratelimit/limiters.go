@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,10 +43,7 @@ type Limiters struct {
 	opts    Options
 	names   []string // node names, for placement
 
-	mu      sync.RWMutex
-	cache   map[string]*entry
-	touched map[string]time.Time // last keepAlive per limiter
-
+	configs configCache
 	batches coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
 	denials denyCache
 	queues  queues
@@ -60,10 +56,6 @@ type counters struct {
 	Granted, Denied, Errors, CachedDenials atomic.Int64
 }
 
-// maxCached bounds the config cache; past it a random entry is dropped
-// (configs are re-read on demand, so dropping one only costs a read).
-const maxCached = 100_000
-
 // maxGather bounds how long a sub-limiter's follow-up batch waits for
 // the callers just answered to come back (coalesce.Coalescer.MaxGather).
 const maxGather = time.Millisecond
@@ -75,8 +67,6 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 		keys:    limiter.Keys{Prefix: o.KeyPrefix},
 		scripts: scripts,
 		opts:    o,
-		cache:   map[string]*entry{},
-		touched: map[string]time.Time{},
 	}
 	l.batches.MaxGather = maxGather
 	l.denials.max = o.DenyCacheSize
