@@ -43,12 +43,13 @@ type Limiters struct {
 	opts    Options
 	names   []string // node names, for placement
 
-	configs configCache
-	batches coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
-	denials denyCache
-	queues  queues
-	waiters atomic.Int64
-	stats   counters
+	configs  configCache
+	batches  coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
+	denials  denyCache
+	queues   queues
+	sleepers sleepers // waiters asleep, per limiter (Wake)
+	waiters  atomic.Int64
+	stats    counters
 }
 
 // counters count decisions as they are made.
@@ -174,6 +175,9 @@ func (l *Limiters) SetRate(ctx context.Context, name string, c limiter.Config, o
 			return changed, err
 		}
 	}
+	if changed {
+		l.Wake(name)
+	}
 	return changed, nil
 }
 
@@ -239,9 +243,13 @@ func (l *Limiters) Available(ctx context.Context, r Request) (int64, error) {
 // available afterwards.
 func (l *Limiters) Release(ctx context.Context, r Request) (int64, error) {
 	l.denials.forget(r.Name)
-	return l.eachShard(ctx, r, limiter.OpRelease, func(shard int, st *entry) []int64 {
+	n, err := l.eachShard(ctx, r, limiter.OpRelease, func(shard int, st *entry) []int64 {
 		return []int64{sharding.Split(r.Permits, st.Shards)[shard]}
 	})
+	if err == nil {
+		l.Wake(r.Name) // permits came back: sleeping waiters may have room now
+	}
+	return n, err
 }
 
 // Reset gives a limiter fresh, full state (its config is kept). It reports
@@ -265,6 +273,7 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 			return false, err
 		}
 	}
+	l.Wake(name)
 	return true, nil
 }
 
@@ -283,6 +292,7 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 			return false, err
 		}
 	}
+	l.Wake(name)
 	return true, nil
 }
 

@@ -149,10 +149,78 @@ func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time
 			return res, nil
 		}
 		q.asking(time.Now().Add(wait))
-		if err := sleep(ctx, wait); err != nil {
+		// A change to the limiter (Wake) ends the sleep early: the loop
+		// asks again, and the request is decided under what is in force.
+		if err := l.sleepUnlessWoken(ctx, r.Name, wait); err != nil {
 			return limiter.Result{}, err
 		}
 	}
+}
+
+// sleepUnlessWoken waits d, or until ctx ends (then it returns ctx's
+// error), or until Wake(name) is called.
+func (l *Limiters) sleepUnlessWoken(ctx context.Context, name string, d time.Duration) error {
+	w := l.sleepers.add(name)
+	defer l.sleepers.remove(name, w)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// Wake ends the sleep of every waiter of the limiter name that sleeps
+// until it asks the limiter again (the FIFO-queued algorithms): each asks
+// at once, so it is decided under the limiter's config as it is now, or
+// told the limiter is gone. RL.SETRATE, RL.RESET and RL.DEL through this
+// proxy call it. Waiters holding a booked reservation (token and leaky
+// buckets) are not woken yet: giving their booking back and deciding
+// them again is still to come.
+func (l *Limiters) Wake(name string) { l.sleepers.wake(name) }
+
+// sleepers are the waiters of each limiter now asleep, each with the
+// channel that wakes it.
+type sleepers struct {
+	mu sync.Mutex
+	m  map[string]map[chan struct{}]struct{}
+}
+
+func (s *sleepers) add(name string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]map[chan struct{}]struct{}{}
+	}
+	if s.m[name] == nil {
+		s.m[name] = map[chan struct{}]struct{}{}
+	}
+	w := make(chan struct{})
+	s.m[name][w] = struct{}{}
+	return w
+}
+
+func (s *sleepers) remove(name string, w chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[name][w]; ok {
+		delete(s.m[name], w)
+		if len(s.m[name]) == 0 {
+			delete(s.m, name)
+		}
+	}
+}
+
+func (s *sleepers) wake(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.m[name] {
+		close(w)
+	}
+	delete(s.m, name)
 }
 
 // queues holds a FIFO lock per waited-on budget, dropped when unused.
