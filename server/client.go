@@ -1,0 +1,111 @@
+package server
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tidwall/redcon"
+)
+
+// client is the state of one connection.
+type client struct {
+	id      int64
+	addr    string
+	laddr   string
+	created time.Time
+	// mu guards what other connections read (CLIENT LIST): the
+	// connection's own goroutine writes these under it and reads them
+	// without it.
+	mu      sync.Mutex
+	name    string
+	libName string // CLIENT SETINFO LIB-NAME
+	libVer  string // CLIENT SETINFO LIB-VER
+	proto   int    // 2 or 3
+	lastAt  time.Time
+	lastCmd [2]string // the latest command's first two words, for CLIENT INFO cmd=
+	authed  bool
+	quit    bool
+	buf     []byte           // replies of the pipeline being answered
+	cmds    []redcon.Command // the pipeline being answered, reused
+	calls   [][]string       // its arguments, reused
+	pending sync.WaitGroup   // a reply on its way by itself (callAsync)
+	ctx     context.Context
+	cancel  context.CancelFunc
+	conn    net.Conn
+}
+
+func (c *client) Name() string { return c.name }
+
+// watchEvery is how often a waiting client's socket is checked.
+const watchEvery = 50 * time.Millisecond
+
+// Watch returns a context that ends when the client disconnects (checked
+// every watchEvery) or when cancel is called. Handlers that wait use it
+// so a gone client stops costing anything.
+func (c *client) Watch(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		t := time.NewTicker(watchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if peerGone(c.conn) {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return ctx, cancel
+}
+
+func (s *Server) accept(conn redcon.Conn) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	now := time.Now()
+	c := &client{
+		id:      s.nextID.Add(1),
+		addr:    conn.RemoteAddr(),
+		laddr:   conn.NetConn().LocalAddr().String(),
+		created: now,
+		lastAt:  now,
+		proto:   2,
+		authed:  s.opts.RequirePass == "",
+		ctx:     ctx,
+		cancel:  cancel,
+		conn:    conn.NetConn(),
+	}
+	if g, ok := c.conn.(*guardedConn); ok {
+		g.beforeError = c.pending.Wait // a reply on its way goes first
+	}
+	conn.SetContext(c)
+	s.stats.connections.Add(1)
+	s.mu.Lock()
+	s.clients[c.id] = c
+	s.mu.Unlock()
+	return true
+}
+
+func (s *Server) closed(conn redcon.Conn, err error) {
+	c, _ := conn.Context().(*client)
+	if c == nil {
+		return
+	}
+	c.cancel()
+	s.mu.Lock()
+	delete(s.clients, c.id)
+	s.mu.Unlock()
+	if err != nil {
+		s.opts.Log.Debug("client connection closed", "id", c.id, "addr", c.addr, "err", err)
+	}
+}
+
+func (s *Server) connectedClients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.clients)
+}

@@ -1,0 +1,208 @@
+package server
+
+import (
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"github.com/rlproxy/rlproxy/commands"
+	"github.com/tidwall/redcon"
+)
+
+// handle runs the commands a client sent together (one pipeline, as far
+// as it has been read) and writes their replies in order; redcon flushes
+// once per pipeline. A command with a Batch handler (RL.ACQUIRE) always
+// goes through it (callBatch): a run of neighbouring calls of it at once,
+// so they can share backend calls instead of paying one round trip each;
+// a lone call as a batch of one whose reply is written by whichever
+// goroutine decides it, so the connection goes back to reading at once.
+// That spares a sleep and a wake-up per request — most of a request's
+// cost beyond its socket I/O when clients do not pipeline. The next
+// command of this client waits for that reply to be out (c.pending).
+func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
+	c := conn.Context().(*client)
+	c.pending.Wait() // replies go out in order
+	s.opts.Poller.Begin()
+	c.cmds = append(append(c.cmds[:0], cmd), conn.ReadPipeline()...)
+	calls := c.calls[:0]
+	for _, cmd := range c.cmds {
+		calls = append(calls, argStrings(cmd.Args))
+	}
+	c.calls = calls
+	s.seen(c, calls[len(calls)-1])
+	defer func() {
+		clear(c.cmds) // no reference into redcon's buffer outlives the call
+		clear(c.calls)
+	}()
+	if len(calls) == 1 {
+		if cmd := s.batchable(c, calls[0]); cmd != nil {
+			c.pending.Add(1)
+			s.callBatch(c, cmd, calls, func(_ int, v any) {
+				// c.buf is free: handle waits for this reply before using it.
+				c.buf = appendReply(c.buf[:0], v, c.proto)
+				// A write error means the client is gone: its reader sees it too.
+				c.conn.Write(c.buf) //nolint:errcheck
+				s.opts.Poller.End()
+				c.pending.Done()
+			})
+			return // its reply ends the request when it goes out
+		}
+	}
+	defer s.opts.Poller.End()
+	c.buf = c.buf[:0]
+	for i := 0; i < len(calls) && !c.quit; {
+		cmd := s.batchable(c, calls[i])
+		if cmd == nil {
+			c.buf = appendReply(c.buf, s.call(c, calls[i]), c.proto)
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(calls) && s.batchable(c, calls[j]) == cmd {
+			j++
+		}
+		replies := make([]any, j-i)
+		var wg sync.WaitGroup
+		wg.Add(j - i)
+		s.callBatch(c, cmd, calls[i:j], func(k int, v any) { replies[k] = v; wg.Done() })
+		wg.Wait()
+		for _, reply := range replies {
+			c.buf = appendReply(c.buf, reply, c.proto)
+		}
+		i = j
+	}
+	conn.WriteRaw(c.buf)
+	if c.quit {
+		conn.Close()
+	}
+}
+
+// argStrings copies a command's arguments into strings sharing one
+// allocation.
+func argStrings(args [][]byte) []string {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	buf := make([]byte, 0, n)
+	for _, a := range args {
+		buf = append(buf, a...)
+	}
+	all := string(buf)
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i], all = all[:len(a)], all[len(a):]
+	}
+	return out
+}
+
+// batchable returns the command of a call that goes through its Batch
+// handler: a known command that has one, from an authenticated client,
+// with the right arity. Anything else takes the ordinary path (call) and
+// its error.
+func (s *Server) batchable(c *client, args []string) *commands.Command {
+	cmd := s.table.Lookup(args[0])
+	if cmd == nil || cmd.Batch == nil || !c.authed || !cmd.ArityOK(len(args)) {
+		return nil
+	}
+	return cmd
+}
+
+// callBatch starts calls of a command through its Batch handler; each
+// reply comes through reply(i, v), exactly once per call. A handler that
+// panics does not take the process down: the calls it has not answered
+// get an error, and one it answered is not answered twice.
+func (s *Server) callBatch(c *client, cmd *commands.Command, calls [][]string, reply func(i int, v any)) {
+	s.stats.commands.Add(int64(len(calls)))
+	var mu sync.Mutex
+	answered := make([]bool, len(calls))
+	once := func(i int, v any) {
+		mu.Lock()
+		first := !answered[i]
+		answered[i] = true
+		mu.Unlock()
+		if first {
+			reply(i, v)
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err := s.recovered(calls[0][0], p)
+			for i := range calls {
+				once(i, err)
+			}
+		}
+	}()
+	cmd.Batch(c.ctx, c, calls, once)
+}
+
+// recovered logs a panic of command's handler and returns the error its
+// caller gets instead of a reply.
+func (s *Server) recovered(command string, p any) error {
+	s.stats.panics.Add(1)
+	s.opts.Log.Error("recovered from a panic in a command handler",
+		"command", command, "panic", p, "stack", string(debug.Stack()))
+	return fmt.Errorf("internal error while running '%s'", quoteArg(command))
+}
+
+// call dispatches one command through the table, recovering from panics.
+func (s *Server) call(c *client, args []string) (reply any) {
+	s.stats.commands.Add(1)
+	defer func() {
+		if p := recover(); p != nil {
+			reply = s.recovered(args[0], p)
+		}
+	}()
+	cmd := s.table.Lookup(args[0])
+	if cmd == nil {
+		return unknownCommand(args)
+	}
+	if !c.authed && !noAuthNeeded[cmd.Name] {
+		return errNoAuth
+	}
+	if !cmd.ArityOK(len(args)) {
+		return commands.ArityError(args[0])
+	}
+	if len(cmd.Sub) > 0 && (len(args) > 1 || cmd.Handler == nil) {
+		sub := cmd.SubCommand(args[1])
+		if sub == nil {
+			return fmt.Errorf("unknown subcommand '%s'. Try %s HELP.", quoteArg(args[1]), strings.ToUpper(args[0]))
+		}
+		if !sub.ArityOK(len(args)) {
+			return commands.ArityError(strings.ToLower(args[0]) + "|" + strings.ToLower(args[1]))
+		}
+		cmd = sub
+	}
+	v, err := cmd.Handler(c.ctx, c, args)
+	if err != nil {
+		return err
+	}
+	return v
+}
+
+// noAuthNeeded are the commands a client may send before AUTH.
+var noAuthNeeded = map[string]bool{"AUTH": true, "HELLO": true, "QUIT": true, "RESET": true}
+
+var errNoAuth = fmt.Errorf("NOAUTH Authentication required.")
+
+// unknownCommand words the error like Redis does.
+func unknownCommand(args []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "unknown command '%s', with args beginning with: ", quoteArg(args[0]))
+	for _, a := range args[1:] {
+		if b.Len() > 256 {
+			break
+		}
+		fmt.Fprintf(&b, "'%s' ", quoteArg(a))
+	}
+	return fmt.Errorf("%s", b.String())
+}
+
+// quoteArg bounds a user's argument shown in an error.
+func quoteArg(s string) string {
+	if len(s) > 128 {
+		s = s[:128]
+	}
+	return oneLine(s)
+}
