@@ -210,14 +210,6 @@ type tried struct {
 	denied sharding.Merged
 }
 
-// tried0 is the shard a denied first try asked, if any.
-func tried0(t *tried) []int {
-	if t == nil {
-		return nil
-	}
-	return []int{t.shard}
-}
-
 // full decides r on the full path, probing on from a denied first try
 // when there was one.
 func (l *Limiters) full(ctx context.Context, r Request, from *tried) Outcome {
@@ -292,9 +284,10 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 	var denied sharding.Merged
 	var lastErr error
 	var order []int
+	before := 0 // shards asked before this walk (a denied first try)
 	if from != nil {
 		order = sharding.Probe(e.Shards, l.opts.MaxProbes, uint64(from.shard))[1:]
-		denied = from.denied
+		denied, before = from.denied, 1
 	} else {
 		order = sharding.Probe(e.Shards, l.opts.MaxProbes, rand.Uint64())
 	}
@@ -315,7 +308,7 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 			if errors.Is(err, backend.ErrUnavailable) {
 				// Other shards may still serve: a dead one costs no probe,
 				// the walk goes one shard further.
-				if walked := len(order) + len(tried0(from)); walked < e.Shards {
+				if before+len(order) < e.Shards {
 					order = append(order, (order[len(order)-1]+1)%e.Shards)
 				}
 				continue

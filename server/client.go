@@ -30,7 +30,7 @@ type client struct {
 	buf     []byte           // replies of the pipeline being answered
 	cmds    []redcon.Command // the pipeline being answered, reused
 	calls   [][]string       // its arguments, reused
-	pending sync.WaitGroup   // a reply on its way by itself (callAsync)
+	pending sync.WaitGroup   // a reply on its way by itself (a lone batch call, handle)
 	ctx     context.Context
 	cancel  context.CancelFunc
 	conn    net.Conn

@@ -156,7 +156,7 @@ func (c *guardedConn) scan(b []byte) int {
 }
 
 // Write skips empty writes: redcon flushes after every read, also when
-// the reply went out by itself (callAsync).
+// the reply went out by itself (a lone batch call: handle).
 func (c *guardedConn) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil

@@ -26,9 +26,9 @@ import (
 // command table of their own (no backend): T.ECHO returns its arguments,
 // T.PANIC panics, T.WAIT blocks until the test releases it, T.NIL, T.MAP
 // and T.ERR return those replies, T.NAME the caller's connection name,
-// T.ASYNC answers through its async handler once released.
+// T.ASYNC answers a lone call through its batch handler once released.
 
-// asyncStarted hears of every T.ASYNC the async handler takes.
+// asyncStarted hears of every lone T.ASYNC its batch handler takes.
 var asyncStarted = make(chan struct{}, 100)
 
 func testTable(release <-chan struct{}) []commands.Command {
@@ -810,7 +810,7 @@ func TestWaitingHandlerBlocksOnlyItsClient(t *testing.T) {
 	}
 }
 
-// A lone call of a command with an async handler is answered whenever
+// A lone call of a command with a batch handler is answered whenever
 // its handler replies, while the connection reads on; the client's next
 // command waits for that reply, so replies keep their order.
 func TestAsyncReply(t *testing.T) {
