@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/coalesce"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
-	"github.com/rlproxy/rlproxy/internal/oneline"
 )
 
 // Options configure a Pool.
@@ -186,10 +185,6 @@ func (n *Node) Del(ctx context.Context, keys ...string) (int64, error) {
 	return total, nil
 }
 
-// ErrUnavailable marks errors where a backend could not be reached or did
-// not answer in time, as opposed to an error reply from Redis.
-var ErrUnavailable = errors.New("backend unavailable")
-
 // wrap names the node in an error. Redis error replies (which start with an
 // upper-case code) pass through as they are; network errors say the node is
 // unavailable.
@@ -212,25 +207,3 @@ func (n *Node) wrap(err error) error {
 	}
 	return &unavailableError{node: n.name, err: err}
 }
-
-// replyError is an error reply from a backend, shown in one line.
-type replyError struct {
-	msg string
-	err error
-}
-
-func (e *replyError) Error() string { return e.msg }
-func (e *replyError) Unwrap() error { return e.err }
-
-type unavailableError struct {
-	node string
-	err  error
-}
-
-func (e *unavailableError) Error() string {
-	return fmt.Sprintf("backend %s unavailable: %s", e.node, oneLine(e.err.Error()))
-}
-
-func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
-
-func oneLine(s string) string { return oneline.Scrub(s) }

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -48,18 +47,6 @@ func clientKey(st *limiter.Stored, client string) string {
 type answer struct {
 	limiter.Result
 	status limiter.Status
-}
-
-// errConfigChanged asks the caller to reload the config and try again.
-var errConfigChanged = errors.New("limiter config changed")
-
-// missingShard: a sub-limiter other than shard 0 has no config although
-// the limiter exists — its TTL ran out while other shards were used, or
-// its node restarted empty.
-type missingShard struct{ shard int }
-
-func (e *missingShard) Error() string {
-	return fmt.Sprintf("sub-limiter %d has no config", e.shard)
 }
 
 // Acquire asks for r.Permits permits: it tries a shard, and on a denial up

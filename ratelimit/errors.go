@@ -1,6 +1,9 @@
 package ratelimit
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // NoLimiterError: the named limiter does not exist (or expired).
 type NoLimiterError struct{ Name string }
@@ -20,4 +23,23 @@ type OverCapacityError struct {
 
 func (e *OverCapacityError) Error() string {
 	return fmt.Sprintf("requested %d permits but limiter '%s' holds at most %d per request", e.Permits, e.Name, e.Capacity)
+}
+
+// ErrTooManyWaiters: max_waiters clients are already waiting.
+type ErrTooManyWaiters struct{ Max int }
+
+func (e ErrTooManyWaiters) Error() string {
+	return fmt.Sprintf("too many waiting clients (max_waiters is %d); try again later", e.Max)
+}
+
+// errConfigChanged asks the caller to reload the config and try again.
+var errConfigChanged = errors.New("limiter config changed")
+
+// missingShard: a sub-limiter other than shard 0 has no config although
+// the limiter exists — its TTL ran out while other shards were used, or
+// its node restarted empty.
+type missingShard struct{ shard int }
+
+func (e *missingShard) Error() string {
+	return fmt.Sprintf("sub-limiter %d has no config", e.shard)
 }

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -32,13 +31,6 @@ import (
 
 // blockWait is how far ahead BLOCK may book: effectively forever.
 const blockWait = limiter.MaxInterval
-
-// ErrTooManyWaiters: max_waiters clients are already waiting.
-type ErrTooManyWaiters struct{ Max int }
-
-func (e ErrTooManyWaiters) Error() string {
-	return fmt.Sprintf("too many waiting clients (max_waiters is %d); try again later", e.Max)
-}
 
 // AcquireWait asks for permits, waiting up to timeout (or forever when
 // timeout is 0) for them. ctx ends when the client disconnects.
