@@ -60,7 +60,7 @@ type group[I, R any] struct {
 	queue []*pending[I, R]
 	run   RunFunc[I, R]
 
-	peak int // callers recently busy on the key (decays by 1/8 a batch)
+	peak int // callers recently busy on the key (decays by 1/8, at least 1, a batch)
 	want int // while gathering: close full at this many queued
 	full chan struct{}
 }
@@ -255,7 +255,7 @@ func (c *Coalescer[I, R]) run(g *group[I, R], batch []*pending[I, R]) {
 	c.mu.Lock()
 	// The callers of this batch and those queued behind it: how many come
 	// and go on this key (decaying, so it follows a load that drops).
-	g.peak = max(len(batch)+len(g.queue), g.peak-g.peak/8)
+	g.peak = max(len(batch)+len(g.queue), g.peak-max(1, g.peak/8))
 	if len(g.queue) == 0 && (c.MaxGather <= 0 || g.peak < 2) {
 		delete(c.groups, g.key)
 		c.mu.Unlock()

@@ -385,3 +385,22 @@ func TestCoalescerLoneCallerDoesNotWait(t *testing.T) {
 		t.Errorf("20 lone calls took %v: one waited for others to gather", d)
 	}
 }
+
+// After two callers, one caller alone soon stops waiting to gather: the
+// key's count of busy callers decays even when it is small.
+func TestCoalescerGatherDecays(t *testing.T) {
+	c := Coalescer[int, answerOf]{MaxGather: 200 * time.Millisecond}
+	closedLoop(&c, 2, 5, time.Millisecond)
+	r := &recorder{}
+	start := time.Now()
+	for i := range 20 {
+		if _, err := c.Do(context.Background(), "k", i, r.run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each wait to gather costs 200ms; a couple are allowed while the
+	// count decays, not one per call.
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("20 lone calls after a pair took %v: they kept waiting for a second caller", d)
+	}
+}
