@@ -13,6 +13,7 @@ package coalesce
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -24,9 +25,10 @@ type Coalescer[I, R any] struct {
 	MaxBatch int
 	// MaxGather bounds how long a follow-up call may wait for items to
 	// gather (0 = never wait). A follow-up call — the next call of a key
-	// whose last call just returned — that has fewer than seven eighths
-	// of the items of the key's recent largest call waits until it has
-	// that many, or for MaxGather. Closed-loop callers (a client that
+	// whose last call just returned — that holds items of fewer than
+	// seven eighths of the callers recently busy on the key waits until it
+	// has that many, or for MaxGather. (A caller is one Do, or one GoAll's
+	// items on the key: one client's pipeline counts once.) Closed-loop callers (a client that
 	// sends its next request when it has the last reply) come back
 	// together: without the wait the first few of them would go in a call
 	// of their own while the rest queue behind it, and when the backend is
@@ -60,17 +62,22 @@ type group[I, R any] struct {
 	queue []*pending[I, R]
 	run   RunFunc[I, R]
 
-	peak int // callers recently busy on the key (decays by 1/8, at least 1, a batch)
-	want int // while gathering: close full at this many queued
-	full chan struct{}
+	// Callers, not items, are what gathering counts: a client's pipeline
+	// of many items is one caller, and waiting for the rest of it would
+	// wait for what cannot come until this batch is answered.
+	callers int // callers with items in queue
+	peak    int // callers recently busy on the key (decays by 1/8, at least 1, a batch)
+	want    int // while gathering: close full at this many callers queued
+	full    chan struct{}
 }
 
 type pending[I, R any] struct {
-	item I
-	out  Outcome[R]
-	wg   *sync.WaitGroup       // Done when out is set (Do)
-	done func(int, Outcome[R]) // or called with at and out (GoAll)
-	at   int                   // the item's index in its GoAll
+	item  I
+	out   Outcome[R]
+	wg    *sync.WaitGroup       // Done when out is set (Do)
+	done  func(int, Outcome[R]) // or called with at and out (GoAll)
+	at    int                   // the item's index in its GoAll
+	first bool                  // the first item of its Do or GoAll on this key
 }
 
 // Do adds item to key's next batch, run by run, and waits for its result.
@@ -79,7 +86,7 @@ type pending[I, R any] struct {
 // ends only when nobody is left to use the result.
 func (c *Coalescer[I, R]) Do(ctx context.Context, key string, item I, run RunFunc[I, R]) (R, error) {
 	var wg sync.WaitGroup
-	p := &pending[I, R]{item: item, wg: &wg}
+	p := &pending[I, R]{item: item, wg: &wg, first: true}
 	wg.Add(1)
 	if g := c.enqueue(key, p, run); g != nil {
 		c.drain(g)
@@ -117,9 +124,13 @@ func (c *Coalescer[I, R]) Go(key string, item I, run RunFunc[I, R], done func(Ou
 func (c *Coalescer[I, R]) GoAll(calls []Call[I, R], done func(i int, o Outcome[R])) {
 	ps := make([]pending[I, R], len(calls))
 	var idle []*group[I, R]
+	var seen []string // the keys this GoAll has added to (usually a few)
 	c.mu.Lock()
 	for i := range calls {
-		ps[i] = pending[I, R]{item: calls[i].Item, done: done, at: i}
+		ps[i] = pending[I, R]{item: calls[i].Item, done: done, at: i, first: !slices.Contains(seen, calls[i].Key)}
+		if ps[i].first {
+			seen = append(seen, calls[i].Key)
+		}
 		if g := c.enqueueLocked(calls[i].Key, &ps[i], calls[i].Run); g != nil {
 			idle = append(idle, g)
 		}
@@ -162,8 +173,11 @@ func (c *Coalescer[I, R]) enqueueLocked(key string, p *pending[I, R], run RunFun
 		c.groups[key] = g
 	}
 	g.queue = append(g.queue, p)
+	if p.first {
+		g.callers++
+	}
 	if busy {
-		if g.full != nil && len(g.queue) >= g.want {
+		if g.full != nil && g.callers >= g.want {
 			close(g.full)
 			g.full = nil
 		}
@@ -189,7 +203,7 @@ func (c *Coalescer[I, R]) drain(g *group[I, R]) {
 // behind it.
 func (c *Coalescer[I, R]) followUp(g *group[I, R]) {
 	c.mu.Lock()
-	if want := min(g.peak-g.peak/8, c.maxBatch()); c.MaxGather > 0 && len(g.queue) < want {
+	if want := min(g.peak-g.peak/8, c.maxBatch()); c.MaxGather > 0 && g.callers < want {
 		full := make(chan struct{})
 		g.want, g.full = want, full
 		c.mu.Unlock()
@@ -224,7 +238,19 @@ func (c *Coalescer[I, R]) maxBatch() int {
 func (c *Coalescer[I, R]) take(g *group[I, R]) []*pending[I, R] {
 	batch := g.queue[:min(len(g.queue), c.maxBatch())]
 	g.queue = g.queue[len(batch):]
+	g.callers -= callers(batch)
 	return batch
+}
+
+// callers counts the callers with items in batch.
+func callers[I, R any](batch []*pending[I, R]) int {
+	n := 0
+	for _, p := range batch {
+		if p.first {
+			n++
+		}
+	}
+	return n
 }
 
 // run runs one batch of g, hands out its results, and starts the next
@@ -255,7 +281,7 @@ func (c *Coalescer[I, R]) run(g *group[I, R], batch []*pending[I, R]) {
 	c.mu.Lock()
 	// The callers of this batch and those queued behind it: how many come
 	// and go on this key (decaying, so it follows a load that drops).
-	g.peak = max(len(batch)+len(g.queue), g.peak-max(1, g.peak/8))
+	g.peak = max(callers(batch)+g.callers, g.peak-max(1, g.peak/8))
 	if len(g.queue) == 0 && (c.MaxGather <= 0 || g.peak < 2) {
 		delete(c.groups, g.key)
 		c.mu.Unlock()

@@ -404,3 +404,29 @@ func TestCoalescerGatherDecays(t *testing.T) {
 		t.Errorf("20 lone calls after a pair took %v: they kept waiting for a second caller", d)
 	}
 }
+
+// One client's pipeline is one caller, however many items it has and
+// however its reads split it: it never waits to gather more of itself
+// (the rest of it cannot come until this batch is answered).
+func TestCoalescerPipelineIsOneCaller(t *testing.T) {
+	c := Coalescer[int, answerOf]{MaxGather: 200 * time.Millisecond}
+	r := &recorder{}
+	calls := func(n int) []Call[int, answerOf] {
+		out := make([]Call[int, answerOf], n)
+		for i := range out {
+			out[i] = Call[int, answerOf]{Key: "k", Item: i, Run: r.run}
+		}
+		return out
+	}
+	start := time.Now()
+	for i := range 20 {
+		for j, o := range c.DoAll(calls(10 + 6*(i%2))) { // reads of 16, then of 10
+			if o.Err != nil || o.Res.item != j {
+				t.Fatalf("round %d item %d: %+v", i, j, o)
+			}
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("20 pipelines of one caller took %v: they waited to gather items of their own", d)
+	}
+}
