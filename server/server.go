@@ -8,7 +8,8 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/rlproxy/rlproxy/commands"
+	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
 	"github.com/tidwall/redcon"
 )
@@ -27,8 +29,17 @@ import (
 type Options struct {
 	// Listen is the address to accept clients on (e.g. 127.0.0.1:6380).
 	Listen string
-	// RequirePass, when set, is the password clients must AUTH with.
+	// RequirePass, when set, is the password of the "default" user
+	// (admin), which clients send with AUTH.
 	RequirePass string
+	// Users are the named users (users.go). With any user or RequirePass
+	// set, clients must authenticate.
+	Users []config.User
+	// TLS configures the listener for clients over TLS (none when its
+	// Listen is empty).
+	TLS TLSOptions
+	// Limits bound connections and requests (DefaultLimits when zero).
+	Limits Limits
 	// Version is rlproxy's version, shown by INFO.
 	Version string
 	// Log receives connection errors and recovered panics.
@@ -52,10 +63,25 @@ type InfoSection struct {
 type Server struct {
 	opts    Options
 	table   *commands.Table
+	own     map[string]bool // the server's own commands (connection, introspection)
 	srv     *redcon.Server
 	ln      net.Listener
+	tlsSrv  *redcon.Server // nil without TLS
+	tlsLn   net.Listener
 	started time.Time
 	stats   stats
+	initErr error  // of the options given to New
+	replID  string // INFO replication's master_replid: random, per process
+
+	// What Reload changes live (reload.go).
+	reloadMu    sync.Mutex
+	live        atomic.Pointer[Limits]
+	access      atomic.Pointer[access]
+	tls         atomic.Pointer[tls.Config]
+	clientCount atomic.Int64 // open client connections (max_clients)
+	fds         fdReserve
+	memory      memoryRelease
+	authFails   authFailures
 
 	nextID  atomic.Int64
 	mu      sync.Mutex
@@ -63,9 +89,11 @@ type Server struct {
 }
 
 type stats struct {
-	connections atomic.Int64 // accepted, ever
-	commands    atomic.Int64 // processed, ever
-	panics      atomic.Int64 // recovered
+	connections  atomic.Int64 // accepted, ever
+	commands     atomic.Int64 // processed, ever
+	panics       atomic.Int64 // recovered
+	rejected     atomic.Int64 // connections refused: max_clients
+	acceptErrors atomic.Int64 // accepts failed for want of file descriptors
 }
 
 // New builds a server answering the connection commands and the given
@@ -75,31 +103,74 @@ func New(o Options, cmds ...[]commands.Command) *Server {
 		o.Log = slog.Default()
 	}
 	s := &Server{opts: o, started: time.Now(), clients: map[int64]*client{}}
-	s.table = commands.NewTable(append([][]commands.Command{s.connectionCommands()}, cmds...)...)
+	own := append(s.connectionCommands(), s.handshakeCommands()...)
+	s.own = map[string]bool{}
+	for _, c := range own {
+		s.own[c.Name] = true
+	}
+	s.table = commands.NewTable(append([][]commands.Command{own}, cmds...)...)
+	s.initErr = s.apply(o) // reported by Listen
+	s.replID = randomID()
 	s.srv = redcon.NewServerNetwork("tcp", o.Listen, s.handle, s.accept, s.closed)
+	if o.TLS.Listen != "" {
+		s.tlsSrv = redcon.NewServerNetwork("tcp", o.TLS.Listen, s.handle, s.accept, s.closed)
+	}
 	return s
 }
 
-// Listen binds the listening address (so Addr is known before Serve).
+// Listen binds the listening addresses (so Addr is known before Serve).
 func (s *Server) Listen() error {
+	if s.initErr != nil {
+		return s.initErr
+	}
 	ln, err := net.Listen("tcp", s.opts.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.opts.Listen, err)
 	}
 	s.ln = ln
+	if s.tlsSrv != nil {
+		if s.tlsLn, err = net.Listen("tcp", s.opts.TLS.Listen); err != nil {
+			ln.Close()
+			return fmt.Errorf("tls_listen on %s: %w", s.opts.TLS.Listen, err)
+		}
+	}
+	s.fds.open()
 	return nil
 }
 
 // Addr is the bound address (after Listen).
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
+// TLSAddr is the bound address of the TLS listener ("" without TLS).
+func (s *Server) TLSAddr() string {
+	if s.tlsLn == nil {
+		return ""
+	}
+	return s.tlsLn.Addr().String()
+}
+
 // Serve accepts clients until Close. Every client's bytes pass a
 // framing check (guard.go) before redcon parses them.
-func (s *Server) Serve() error { return s.srv.Serve(guardListener{s.ln, s.opts.Poller}) }
+func (s *Server) Serve() error {
+	if s.tlsSrv == nil {
+		return s.srv.Serve(guardListener{Listener: s.ln, s: s})
+	}
+	tlsDone := make(chan error, 1)
+	go func() { tlsDone <- s.tlsSrv.Serve(guardListener{Listener: s.tlsLn, s: s, tls: s.listenerTLS()}) }()
+	err := s.srv.Serve(guardListener{Listener: s.ln, s: s})
+	s.tlsSrv.Close()
+	return errors.Join(err, <-tlsDone)
+}
 
 // Close stops accepting and closes every client connection. Called
-// before Serve, it closes the listener, so a later Serve returns at once.
+// before Serve, it closes the listeners, so a later Serve returns at once.
 func (s *Server) Close() error {
+	defer s.fds.close()
+	if s.tlsSrv != nil {
+		if err := s.tlsSrv.Close(); err != nil && s.tlsLn != nil {
+			s.tlsLn.Close()
+		}
+	}
 	if err := s.srv.Close(); err != nil && s.ln != nil {
 		return s.ln.Close() // redcon: "not serving" yet
 	}
@@ -123,14 +194,19 @@ type client struct {
 	lastAt  time.Time
 	lastCmd [2]string // the latest command's first two words, for CLIENT INFO cmd=
 	authed  bool
+	user    atomic.Pointer[user] // who it runs as; nil before AUTH
 	quit    bool
-	buf     []byte           // replies of the pipeline being answered
-	cmds    []redcon.Command // the pipeline being answered, reused
-	calls   [][]string       // its arguments, reused
-	pending sync.WaitGroup   // a reply on its way by itself (callAsync)
-	ctx     context.Context
-	cancel  context.CancelFunc
-	conn    net.Conn
+	// inflight counts requests answered by themselves (callAsync): a
+	// client waiting for one is not idle (timeout).
+	inflight atomic.Int32
+	tracking string           // CLIENT TRACKING: "" (off), "on", "optin" or "optout"
+	buf      []byte           // replies of the pipeline being answered
+	cmds     []redcon.Command // the pipeline being answered, reused
+	calls    [][]string       // its arguments, reused
+	pending  sync.WaitGroup   // a reply on its way by itself (callAsync)
+	ctx      context.Context
+	cancel   context.CancelFunc
+	conn     net.Conn
 }
 
 func (c *client) Name() string { return c.name }
@@ -171,13 +247,16 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		created: now,
 		lastAt:  now,
 		proto:   2,
-		authed:  s.opts.RequirePass == "",
 		ctx:     ctx,
 		cancel:  cancel,
 		conn:    conn.NetConn(),
 	}
+	if !s.access.Load().required {
+		c.login(everyone)
+	}
 	if g, ok := c.conn.(*guardedConn); ok {
 		g.beforeError = c.pending.Wait // a reply on its way goes first
+		g.client = c
 	}
 	conn.SetContext(c)
 	s.stats.connections.Add(1)
@@ -249,7 +328,7 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		c.buf = appendReply(c.buf, s.call(c, calls[i]), c.proto)
 		i = j
 	}
-	conn.WriteRaw(c.buf)
+	s.writeReplies(conn, c)
 	if c.quit {
 		conn.Close()
 	}
@@ -279,7 +358,7 @@ func argStrings(args [][]byte) []string {
 // right arity. Anything else takes the ordinary path and its error.
 func (s *Server) runnable(c *client, args []string) *commands.Command {
 	cmd := s.table.Lookup(args[0])
-	if cmd == nil || !c.authed || !cmd.ArityOK(len(args)) {
+	if cmd == nil || !c.authed || !cmd.ArityOK(len(args)) || s.permit(c, cmd, nil, args) != nil {
 		return nil
 	}
 	return cmd
@@ -313,10 +392,12 @@ func (s *Server) callAsync(c *client, args []string) (started bool) {
 			// A write error means the client is gone: its reader sees it too.
 			c.conn.Write(c.buf) //nolint:errcheck
 			s.opts.Poller.End()
+			c.inflight.Add(-1)
 			c.pending.Done()
 		})
 	}
 	c.pending.Add(1)
+	c.inflight.Add(1)
 	defer func() {
 		if p := recover(); p != nil {
 			reply(s.recovered(args[0], p))
@@ -327,6 +408,7 @@ func (s *Server) callAsync(c *client, args []string) (started bool) {
 		}
 	}()
 	if !cmd.Async(c.ctx, c, args, reply) {
+		c.inflight.Add(-1)
 		c.pending.Done()
 		return false
 	}
@@ -375,14 +457,19 @@ func (s *Server) call(c *client, args []string) (reply any) {
 	if !cmd.ArityOK(len(args)) {
 		return commands.ArityError(args[0])
 	}
+	var sub *commands.Command
 	if len(cmd.Sub) > 0 && (len(args) > 1 || cmd.Handler == nil) {
-		sub := cmd.SubCommand(args[1])
-		if sub == nil {
+		if sub = cmd.SubCommand(args[1]); sub == nil {
 			return fmt.Errorf("unknown subcommand '%s'. Try %s HELP.", quoteArg(args[1]), strings.ToUpper(args[0]))
 		}
 		if !sub.ArityOK(len(args)) {
 			return commands.ArityError(strings.ToLower(args[0]) + "|" + strings.ToLower(args[1]))
 		}
+	}
+	if err := s.permit(c, cmd, sub, args); err != nil {
+		return err
+	}
+	if sub != nil {
 		cmd = sub
 	}
 	v, err := cmd.Handler(c.ctx, c, args)
@@ -416,8 +503,4 @@ func quoteArg(s string) string {
 		s = s[:128]
 	}
 	return oneLine(s)
-}
-
-func checkPassword(want, got string) bool {
-	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
 }

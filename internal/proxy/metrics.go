@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
+	"github.com/rlproxy/rlproxy/server"
 	"github.com/rlproxy/rlproxy/sharding"
 )
 
@@ -19,7 +20,7 @@ type metrics struct {
 	ln  net.Listener
 }
 
-func startMetrics(addr string, pool *backend.Pool, l *sharding.Limiters, poller *busypoll.Poller) (*metrics, error) {
+func startMetrics(addr string, pool *backend.Pool, l *sharding.Limiters, poller *busypoll.Poller, srv *server.Server) (*metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	counter := func(name, help string, f func() float64) prometheus.Collector {
@@ -31,6 +32,7 @@ func startMetrics(addr string, pool *backend.Pool, l *sharding.Limiters, poller 
 		counter("acquire_denied_total", "RL.ACQUIRE calls denied.", func() float64 { return float64(st.Denied.Load()) }),
 		counter("acquire_denied_from_cache_total", "Denials answered from the deny cache.", func() float64 { return float64(st.CachedDenials.Load()) }),
 		counter("acquire_errors_total", "RL.ACQUIRE calls that failed.", func() float64 { return float64(st.Errors.Load()) }),
+		counter("auth_failures_total", "AUTH and HELLO ... AUTH calls that failed.", func() float64 { return float64(srv.AuthFailures()) }),
 		counter("busy_poll_reads_total", "Socket reads that polled before sleeping.", func() float64 {
 			polled, _ := poller.Stats()
 			return float64(polled)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/rlproxy/rlproxy/backend"
@@ -27,6 +28,9 @@ type Proxy struct {
 	server  *server.Server
 	metrics *metrics
 	done    chan error
+
+	reloadMu sync.Mutex
+	cfg      config.Config // as started, then as last reloaded
 }
 
 // Start connects the backends and starts serving clients.
@@ -54,18 +58,14 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		DenyCache:      cfg.DenyCache,
 		MaxWaiters:     cfg.MaxWaiters,
 	})
-	srv := server.New(server.Options{
-		Listen:      cfg.Listen,
-		RequirePass: cfg.RequirePass,
-		Version:     Version,
-		Log:         log,
-		Poller:      poller,
-		Info: []server.InfoSection{
+	o := frontDoor(cfg)
+	o.Version, o.Log, o.Poller = Version, log, poller
+	o.Info = []server.InfoSection{
 			{Name: "Backends", Lines: pool.Info},
 			{Name: "Limiters", Lines: limiters.Info},
-			{Name: "BusyPoll", Lines: func() []string { return busyPollInfo(cfg.BusyPoll, poller) }},
-		},
-	}, commands.Limiters(limiters, commands.Options{
+		{Name: "BusyPoll", Lines: func() []string { return busyPollInfo(cfg.BusyPoll, poller) }},
+	}
+	srv := server.New(o, commands.Limiters(limiters, commands.Options{
 		DefaultShards: cfg.DefaultShards,
 		ShardRate:     cfg.ShardRate,
 		MaxAutoShards: cfg.MaxAutoShards,
@@ -74,9 +74,9 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		pool.Close()
 		return nil, err
 	}
-	p := &Proxy{pool: pool, server: srv, done: make(chan error, 1)}
+	p := &Proxy{pool: pool, server: srv, cfg: cfg, done: make(chan error, 1)}
 	if cfg.MetricsListen != "" {
-		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, limiters, poller); err != nil {
+		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, limiters, poller, srv); err != nil {
 			srv.Close()
 			pool.Close()
 			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
