@@ -61,8 +61,8 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	o := frontDoor(cfg)
 	o.Version, o.Log, o.Poller = Version, log, poller
 	o.Info = []server.InfoSection{
-			{Name: "Backends", Lines: pool.Info},
-			{Name: "Limiters", Lines: limiters.Info},
+		{Name: "Backends", Lines: pool.Info},
+		{Name: "Limiters", Lines: limiters.Info},
 		{Name: "BusyPoll", Lines: func() []string { return busyPollInfo(cfg.BusyPoll, poller) }},
 	}
 	srv := server.New(o, commands.Limiters(limiters, commands.Options{
