@@ -279,9 +279,9 @@ func (s *Server) describe(c *client) string {
 	}
 	now := time.Now()
 	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 "+
-		"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s",
+		"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s",
 		c.id, c.addr, c.laddr, c.name, int(now.Sub(c.created).Seconds()), int(now.Sub(c.lastAt).Seconds()),
-		cmd, c.proto, c.libName, c.libVer)
+		cmd, c.userName(), c.proto, c.libName, c.libVer)
 }
 
 // clientList answers CLIENT LIST [TYPE type] [ID id ...], in id order

@@ -209,3 +209,11 @@ func (s *Server) authFailed(c *client, name string) {
 
 // AuthFailures is how many AUTHs (and HELLO ... AUTHs) failed so far.
 func (s *Server) AuthFailures() int64 { return s.authFails.count.Load() }
+
+// userName is the name CLIENT INFO shows: "default" before AUTH, as Redis.
+func (c *client) userName() string {
+	if u := c.user.Load(); u != nil {
+		return u.name
+	}
+	return "default"
+}
