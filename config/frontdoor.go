@@ -52,7 +52,7 @@ func (c Config) checkFrontDoor() []error {
 	if c.TLSListen != "" {
 		if err := checkAddr(c.TLSListen); err != nil {
 			bad("tls_listen must be empty or a host:port address (got %q): %v", c.TLSListen, err)
-		} else if c.TLSListen == c.Listen {
+		} else if c.TLSListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 			bad("tls_listen must differ from listen (both %q)", c.Listen)
 		}
 		if c.TLSCertFile == "" || c.TLSKeyFile == "" {
