@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -50,8 +51,12 @@ type guardedConn struct {
 	args int64 // arguments left in the current command
 	body int64 // bytes left of the current argument, with its CRLF
 	size int64 // bytes of the current command so far (RESP commands)
-	big  bool  // this connection sent a big request (memory to give back)
-	err  error // a protocol error to report at the next Read
+	// The current command's first word, when it is one of 5 bytes (a
+	// RESET ends the authentication the next command is judged by).
+	count, word1 int64
+	word         [5]byte
+	big          bool  // this connection sent a big request (memory to give back)
+	err          error // a protocol error to report at the next Read
 
 	held    []byte // bytes read but not yet handed to redcon (before AUTH)
 	heldErr error  // the read error that came with them
@@ -89,6 +94,7 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		}
 		// Best effort: the connection is closed right after.
 		_, _ = c.Conn.Write([]byte("-ERR Protocol error: " + c.err.Error() + "\r\n"))
+		c.linger()
 		return 0, fmt.Errorf("%w: %w", errBadFrame, c.err)
 	}
 	fromHeld := len(c.held) > 0
@@ -120,6 +126,31 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		c.held, c.heldErr, err = append([]byte(nil), p[ok:n]...), err, nil
 	}
 	return ok, err
+}
+
+// Lingering close: after a protocol error the connection is closed for
+// writing and what the client still sends is read and dropped for a
+// moment (never kept), so that the kernel does not answer it with a
+// reset that can destroy the error line before the client reads it.
+const (
+	lingerFor   = 250 * time.Millisecond
+	lingerBytes = 256 * 1024
+)
+
+func (c *guardedConn) linger() {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = c.Conn.SetReadDeadline(time.Now().Add(lingerFor))
+	var buf [4096]byte
+	for dropped := 0; dropped < lingerBytes; {
+		n, err := c.Conn.Read(buf[:])
+		if err != nil {
+			return
+		}
+		dropped += n
+	}
 }
 
 // limits returns the limits of the client's next bytes.
@@ -192,7 +223,9 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 		case stInline:
 			if ch == '\n' {
 				c.st = stStart
-				if lim.preAuth && i+1 < len(b) {
+				// Inline commands (typed by hand) are handed over one by
+				// one: one may be a RESET.
+				if i+1 < len(b) {
 					return i + 1
 				}
 			} else if c.n++; c.n > maxInline {
@@ -229,7 +262,7 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 			if c.size+6*c.n > lim.maxRequest {
 				return c.fail(i, c.tooBig(lim))
 			}
-			c.st, c.args = stBulk, c.n
+			c.st, c.args, c.count = stBulk, c.n, c.n
 		case stBulk:
 			if ch != '$' {
 				return c.fail(i, fmt.Sprintf("expected '$', got %q", ch))
@@ -243,8 +276,17 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 				return c.fail(i, c.tooBig(lim))
 			}
 			c.st, c.body = stBody, c.n+2
+			if c.args == c.count {
+				c.word1 = c.n
+			}
 		case stBody:
 			skip := min(c.body, int64(len(b)-i))
+			if c.args == c.count && c.word1 == int64(len(c.word)) {
+				at := len(c.word) + 2 - int(c.body) // where b[i] is in the word and its CRLF
+				for k := 0; k < int(skip) && at+k < len(c.word); k++ {
+					c.word[at+k] = b[i+k]
+				}
+			}
 			c.body -= skip
 			c.size += skip - 1
 			i += int(skip) - 1
@@ -255,7 +297,9 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 						c.big = true
 						c.srv.memory.soon()
 					}
-					if lim.preAuth && i+1 < len(b) {
+					// Before AUTH, and after a RESET, the next command is
+					// judged once this one has run.
+					if (lim.preAuth || c.isReset()) && i+1 < len(b) {
 						return i + 1
 					}
 				} else {
@@ -265,6 +309,11 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 		}
 	}
 	return len(b)
+}
+
+// isReset reports whether the command just read is a RESET.
+func (c *guardedConn) isReset() bool {
+	return c.count == 1 && c.word1 == int64(len(c.word)) && strings.EqualFold(string(c.word[:]), "RESET")
 }
 
 func (c *guardedConn) tooBig(lim frameLimits) string {

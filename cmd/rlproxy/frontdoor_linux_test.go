@@ -417,4 +417,3 @@ log_level: debug
 		t.Errorf("exit code after SIGTERM: %d", code)
 	}
 }
-
