@@ -222,7 +222,10 @@ func TestIdleTimeout(t *testing.T) {
 	if got := waitingSync.reply(); got != "+RELEASED\r\n" {
 		t.Errorf("sync waiter: %q", got)
 	}
-	// Reload turns the timeout off for connections already open.
+	// Reload turns the timeout off, also for a connection already open
+	// and idle.
+	held := dial(t, s)
+	held.do("PING")
 	if err := s.Reload(Options{Limits: Limits{MaxClients: 10, MaxRequestBytes: 1 << 20, MaxNameLength: 512}}); err != nil {
 		t.Fatal(err)
 	}
@@ -231,6 +234,9 @@ func TestIdleTimeout(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if got := c.do("PING"); got != "+PONG\r\n" {
 		t.Errorf("PING after 500ms idle with timeout 0: %q", got)
+	}
+	if got := held.do("PING"); got != "+PONG\r\n" {
+		t.Errorf("PING on a connection idle since before the reload: %q", got)
 	}
 }
 

@@ -172,20 +172,28 @@ func (c *guardedConn) read(p []byte) (int, error) {
 		_ = tc.SetDeadline(time.Time{})
 		c.handshaken = true
 	}
+	idleSince := time.Now()
 	for {
 		timeout := c.srv.limits().Timeout
 		if timeout > 0 {
-			_ = c.Conn.SetReadDeadline(time.Now().Add(timeout))
+			_ = c.Conn.SetReadDeadline(idleSince.Add(timeout))
 			c.deadline = true
 		} else if c.deadline {
 			_ = c.Conn.SetReadDeadline(time.Time{})
 			c.deadline = false
 		}
 		n, err := c.Conn.Read(p)
-		if n == 0 && timeout > 0 && c.client != nil && c.client.inflight.Load() > 0 && isTimeout(err) {
-			continue // waiting for a reply is not idling
+		if n > 0 || !c.deadline || !isTimeout(err) {
+			return n, err
 		}
-		return n, err
+		switch timeout = c.srv.limits().Timeout; {
+		case c.client != nil && c.client.inflight.Load() > 0:
+			idleSince = time.Now() // waiting for a reply is not idling
+		case timeout == 0 || time.Since(idleSince) < timeout:
+			// The timeout was turned off or raised (Reload) meanwhile.
+		default:
+			return n, err
+		}
 	}
 }
 
