@@ -220,7 +220,7 @@ func (c Config) Validate() error {
 	if c.MetricsListen != "" {
 		if err := checkAddr(c.MetricsListen); err != nil {
 			bad("metrics_listen must be empty or a host:port address (got %q): %v", c.MetricsListen, err)
-		} else if c.MetricsListen == c.Listen {
+		} else if c.MetricsListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") { // ":0": two free ports
 			bad("metrics_listen must differ from listen (both %q)", c.Listen)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
+	"net/http"
 	"net"
 	"os"
 	"os/exec"
@@ -210,4 +212,28 @@ func TestNameLengthEndToEnd(t *testing.T) {
 		t.Errorf("a too long name reached the backend: %v", calls)
 	}
 	h.Do(t, "RL.SETRATE", strings.Repeat("n", 512), 1, "1s").Equal(int64(1))
+}
+
+// Failed AUTHs show in INFO and in /metrics.
+func TestAuthFailuresInMetrics(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(c *config.Config) { c.RequirePass = "pw"; c.MetricsListen = "127.0.0.1:0" })
+	bad := h.raw(t)
+	for range 3 {
+		if got := bad.Call("AUTH", "wrong"); !strings.HasPrefix(got, "-WRONGPASS") {
+			t.Fatalf("AUTH wrong: %q", got)
+		}
+	}
+	if info := h.Do(t, "INFO", "stats").OK().(string); !strings.Contains(info, "auth_failures:3\r\n") {
+		t.Errorf("INFO stats: %q", info)
+	}
+	resp, err := http.Get("http://" + h.proxy.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), "rlproxy_auth_failures_total 3\n") {
+		t.Errorf("/metrics lacks rlproxy_auth_failures_total 3")
+	}
 }
