@@ -58,7 +58,6 @@ func redisCLI(t *testing.T, addr string, args ...string) (string, error) {
 }
 
 func TestTLSClients(t *testing.T) {
-	t.Parallel()
 	ca := redistest.MakeCA(t, t.TempDir())
 	tlsOn := func(clientCA string) func(*config.Config) {
 		return func(c *config.Config) {
@@ -166,7 +165,6 @@ func copyFile(t *testing.T, from, to string) {
 // can do nothing else; an admin set them up; nothing it is refused
 // reaches the backend.
 func TestUsersEndToEnd(t *testing.T) {
-	t.Parallel()
 	h := start(t, func(c *config.Config) {
 		c.RequirePass = "root"
 		c.Users = []config.User{{Name: "app", Password: "apppw", Commands: []string{"acquire"}, Limiters: []string{"api:*"}}}
@@ -200,7 +198,6 @@ func TestUsersEndToEnd(t *testing.T) {
 
 // max_name_length: a long limiter name never reaches a backend.
 func TestNameLengthEndToEnd(t *testing.T) {
-	t.Parallel()
 	h := start(t)
 	backend := h.backend.Client(t)
 	resetBackendStats(t, backend)
@@ -216,7 +213,6 @@ func TestNameLengthEndToEnd(t *testing.T) {
 
 // Failed AUTHs show in INFO and in /metrics.
 func TestAuthFailuresInMetrics(t *testing.T) {
-	t.Parallel()
 	h := start(t, func(c *config.Config) { c.RequirePass = "pw"; c.MetricsListen = "127.0.0.1:0" })
 	bad := h.raw(t)
 	for range 3 {
