@@ -8,7 +8,7 @@ import (
 	"github.com/rlproxy/rlproxy/sharding"
 )
 
-// Limiters returns the RL.* commands and CL.THROTTLE, served by l.
+// Limiters returns the RL.* commands, CL.THROTTLE and GCRA, served by l.
 func Limiters(l *sharding.Limiters, o Options) []Command {
 	h := &handlers{l: l, o: o}
 	key := Arg{Name: "key", Type: "key"}
@@ -66,6 +66,8 @@ func Limiters(l *sharding.Limiters, o Options) []Command {
 			Args:    []Arg{key}, Handler: h.del,
 		},
 		Throttle(l),
+		RLThrottle(l),
+		GCRACommand(l),
 	}
 }
 
