@@ -19,6 +19,9 @@ var setRateSeeds = []string{
 	"k 10 1000",
 	"k 1 1",
 	"k 1000000000 366d",
+	"k 1 366d BURST 1000000000",
+	"k 1 1d BURST 36500",
+	"k 1 1d BURST 36501 ALGO leaky-bucket",
 	"k 1000000001 1s",
 	"k 99999999999999999999 1s",
 	"k -99999999999999999999 1s",
@@ -135,6 +138,9 @@ func checkSetRate(t *testing.T, args []string, o Options, r SetRate) {
 	}
 	if c.TTL < 0 || c.TTL > maxTTL || c.TTL%time.Millisecond != 0 || (c.TTL > 0 && c.TTL < time.Millisecond) {
 		fail("ttl")
+	}
+	if c.Check() != nil {
+		fail("refill time")
 	}
 	if c.Mode != limiter.Overall && c.Mode != limiter.PerClient {
 		fail("mode")

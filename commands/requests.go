@@ -124,6 +124,9 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 	if int64(c.Shards) > smallest {
 		return SetRate{}, fmt.Errorf("SHARDS %d is more than the limiter's %d permits: every sub-limiter needs at least one", c.Shards, smallest)
 	}
+	if err := c.Check(); err != nil {
+		return SetRate{}, err
+	}
 	return r, nil
 }
 
