@@ -18,11 +18,6 @@ local capacity = rate
 local start, count
 local stored -- the state as read, when it is this window's: "start:count"
 
--- The window that holds now.
-local function window_of(t)
-  return t - math.fmod(t, interval) -- fmod is exact on integers
-end
-
 local function load()
   start, count = window_of(now), 0
   local v = redis.call('GET', KEYS[2])

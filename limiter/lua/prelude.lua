@@ -110,3 +110,28 @@ local function keep_drained(key, level, loaded, ts, per_permit)
     keep(key, num(level) .. ':' .. num(ts), us)
   end
 end
+
+-- The window that holds t, for the window algorithms (fixed-window,
+-- sliding-window): windows are aligned to natural boundaries counted from
+-- the Unix epoch (midnight UTC).
+local function window_of(t)
+  return t - math.fmod(t, interval) -- fmod is exact on integers
+end
+
+-- The state of the bucket algorithms (token-bucket, leaky-bucket): a
+-- "level:ts" string read by drained() and written back by keep_drained().
+-- level is what the bucket holds (permits in use, or queued) at ts.
+local level, ts, loaded
+
+-- bucket returns the load() and save() of a bucket that drains one
+-- permit per per_permit microseconds (see epilogue.lua).
+local function bucket(per_permit)
+  local function load()
+    level, ts = drained(KEYS[2], per_permit)
+    loaded = level
+  end
+  local function save()
+    keep_drained(KEYS[2], level, loaded, ts, per_permit)
+  end
+  return load, save
+end

@@ -17,10 +17,6 @@ local capacity = rate
 local start, prev, cur
 local stored -- the state as read, when it is this window's: "start:prev:cur"
 
-local function window_of(t)
-  return t - math.fmod(t, interval) -- fmod is exact on integers
-end
-
 local function load()
   start, prev, cur = window_of(now), 0, 0
   local v = redis.call('GET', KEYS[2])

@@ -6,12 +6,7 @@
 --          KEEPSTATE carry the used permits over to the new rate.
 local capacity = burst
 local per_permit = interval / rate -- microseconds to refill one permit
-local level, ts, loaded
-
-local function load()
-  level, ts = drained(KEYS[2], per_permit)
-  loaded = level
-end
+local load, save = bucket(per_permit) -- level: permits in use
 
 local function available()
   return math.max(0, burst - level)
@@ -43,8 +38,4 @@ end
 
 local function give(n)
   level = math.max(0, level - n)
-end
-
-local function save()
-  keep_drained(KEYS[2], level, loaded, ts, per_permit)
 end
