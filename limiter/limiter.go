@@ -56,6 +56,10 @@ type Config struct {
 	Shards   int           // number of sub-limiters
 	Mode     Mode
 	TTL      time.Duration // delete after this long unused; 0 = never
+	// Shadow: a dry run (RL.SETRATE ... SHADOW). The limiter decides and
+	// keeps state as usual, but callers grant every request (see
+	// Result.Shadowed).
+	Shadow bool
 }
 
 // HasBurst reports whether the algorithm has a capacity apart from its rate.
@@ -70,8 +74,11 @@ type Sub struct {
 
 // fields lists the stored config of one sub-limiter (all but the epoch),
 // in a fixed order so that equal configs compare equal field by field.
+// Optional fields (shadow) are written only when set, so a config stored
+// before they existed compares equal to the same config now; setconf.lua
+// compares them whether given or not.
 func (c Config) fields(sub Sub) []any {
-	return []any{
+	f := []any{
 		"algo", string(c.Algo),
 		"rate", strconv.FormatInt(c.Rate, 10),
 		"interval_ms", strconv.FormatInt(c.Interval.Milliseconds(), 10),
@@ -83,6 +90,10 @@ func (c Config) fields(sub Sub) []any {
 		"sub_rate", strconv.FormatInt(sub.Rate, 10),
 		"sub_burst", strconv.FormatInt(sub.Burst, 10),
 	}
+	if c.Shadow {
+		f = append(f, "shadow", "1")
+	}
+	return f
 }
 
 // Stored is a config as read back from a backend, with its epoch: the
@@ -115,6 +126,7 @@ func ParseStored(h map[string]string) (Stored, error) {
 	s.Burst = num("burst")
 	s.Shards = int(num("shards"))
 	s.TTL = time.Duration(num("ttl_ms")) * time.Millisecond
+	s.Shadow = h["shadow"] == "1"
 	if err != nil {
 		return Stored{}, err
 	}

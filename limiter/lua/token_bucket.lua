@@ -36,6 +36,12 @@ local function try_run(n, count)
   return g, first_rem, first_reset, level * per_permit
 end
 
+-- Past burst is debt: it refills before anything is available again.
+local function charge(n)
+  level = math.max(level, math.min(level + n, math.max(burst, MAX_DEBT_US / per_permit)))
+  return burst - level, level * per_permit
+end
+
 local function give(n)
   level = math.max(0, level - n)
 end
