@@ -11,6 +11,7 @@ package limiter
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -60,6 +61,38 @@ type Config struct {
 	// keeps state as usual, but callers grant every request (see
 	// Result.Shadowed).
 	Shadow bool
+	// Limits are the limits after the first (Rate per Interval), all
+	// decided together: a request is granted only when every one has room
+	// (RL.SETRATE ... LIMIT rate interval). Entries with Rate 0 are unused;
+	// the used ones come first. Not for leaky-bucket.
+	Limits Limits
+}
+
+// MaxLimits is the most limits one limiter may have (the first included).
+const MaxLimits = 8
+
+// Limit is one limit of a multi-limit limiter: Rate permits per Interval.
+type Limit struct {
+	Rate     int64
+	Interval time.Duration // whole milliseconds
+}
+
+// Limits are a limiter's limits after the first, in an array so that a
+// Config stays comparable with ==.
+type Limits [MaxLimits - 1]Limit
+
+// List returns the used limits, in order.
+func (l Limits) List() []Limit {
+	n := 0
+	for n < len(l) && l[n].Rate > 0 {
+		n++
+	}
+	return l[:n:n]
+}
+
+// LimitList returns every limit of c, the first (Rate per Interval) included.
+func (c Config) LimitList() []Limit {
+	return append([]Limit{{c.Rate, c.Interval}}, c.Limits.List()...)
 }
 
 // HasBurst reports whether the algorithm has a capacity apart from its rate.
@@ -70,6 +103,9 @@ type Sub struct {
 	Shard int
 	Rate  int64
 	Burst int64
+	// Limits are its share of each of the config's Limits, in order (split
+	// over shards like Rate, so each limit's shares sum to its rate).
+	Limits [MaxLimits - 1]int64
 }
 
 // fields lists the stored config of one sub-limiter (all but the epoch),
@@ -92,6 +128,15 @@ func (c Config) fields(sub Sub) []any {
 	}
 	if c.Shadow {
 		f = append(f, "shadow", "1")
+	}
+	if extra := c.Limits.List(); len(extra) > 0 {
+		all, mine := make([]string, len(extra)), make([]string, len(extra))
+		for i, l := range extra {
+			ms := strconv.FormatInt(l.Interval.Milliseconds(), 10)
+			all[i] = strconv.FormatInt(l.Rate, 10) + ":" + ms
+			mine[i] = strconv.FormatInt(sub.Limits[i], 10) + ":" + ms
+		}
+		f = append(f, "limits", strings.Join(all, ","), "sub_limits", strings.Join(mine, ","))
 	}
 	return f
 }
@@ -127,6 +172,18 @@ func ParseStored(h map[string]string) (Stored, error) {
 	s.Shards = int(num("shards"))
 	s.TTL = time.Duration(num("ttl_ms")) * time.Millisecond
 	s.Shadow = h["shadow"] == "1"
+	if v := h["limits"]; v != "" && err == nil {
+		for i, pair := range strings.Split(v, ",") {
+			r, iv, ok := strings.Cut(pair, ":")
+			rate, e1 := strconv.ParseInt(r, 10, 64)
+			ms, e2 := strconv.ParseInt(iv, 10, 64)
+			if !ok || e1 != nil || e2 != nil || rate <= 0 || ms <= 0 || i >= len(s.Limits) {
+				err = fmt.Errorf("stored limiter config: bad field \"limits\": %q", v)
+				break
+			}
+			s.Limits[i] = Limit{Rate: rate, Interval: time.Duration(ms) * time.Millisecond}
+		}
+	}
 	if err != nil {
 		return Stored{}, err
 	}
@@ -162,6 +219,9 @@ func (c Config) Capacity() int64 {
 	capacity := c.Rate
 	if c.Algo.HasBurst() {
 		capacity = c.Burst
+	}
+	for _, l := range c.Limits.List() {
+		capacity = min(capacity, l.Rate)
 	}
 	if c.Shards > 1 {
 		capacity /= int64(c.Shards)

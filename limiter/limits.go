@@ -14,11 +14,22 @@ import (
 // limiter's) and for reservations (TIMEOUT up to 3650 days on top).
 const MaxRefill = 36500 * 24 * time.Hour
 
-// Check reports a config whose durations would leave the range a script
-// can compute and reply exactly: today one rule, a full bucket must
-// refill within MaxRefill. The parser checks each value's own range
-// (MaxRate, MaxInterval, MaxShards) first.
+// Check reports a config the scripts cannot serve: further limits on an
+// algorithm without them or with fewer permits than shards, or durations
+// that would leave the range a script can compute and reply exactly (a
+// full bucket must refill within MaxRefill). The parser checks each
+// value's own range (MaxRate, MaxInterval, MaxShards) first.
 func (c Config) Check() error {
+	if extra := c.Limits.List(); len(extra) > 0 {
+		if !c.Algo.MultiLimit() {
+			return fmt.Errorf("LIMIT applies to token-bucket, sliding-log, sliding-window and fixed-window, not %s", c.Algo)
+		}
+		for _, l := range extra {
+			if int64(c.Shards) > l.Rate {
+				return fmt.Errorf("SHARDS %d is more than the %d permits of LIMIT %d %s: every sub-limiter needs at least one", c.Shards, l.Rate, l.Rate, formatDays(l.Interval))
+			}
+		}
+	}
 	if !c.Algo.HasBurst() || c.Rate <= 0 {
 		return nil
 	}
@@ -44,4 +55,10 @@ func formatDays(d time.Duration) string {
 		return fmt.Sprintf("%ds", d/time.Second)
 	}
 	return fmt.Sprintf("%dms", d/time.Millisecond)
+}
+
+// MultiLimit reports whether a limiter of the algorithm may have several
+// limits (RL.SETRATE ... LIMIT rate interval): all but leaky-bucket.
+func (a Algo) MultiLimit() bool {
+	return a == TokenBucket || a == SlidingLog || a == SlidingWindow || a == FixedWindow
 }

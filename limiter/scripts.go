@@ -47,9 +47,22 @@ func NewScripts() *Scripts {
 		LeakyBucket:   "leaky_bucket.lua",
 	}
 	for algo, file := range files {
-		s.acquire[algo] = redis.NewScript(prelude + lua(file) + epilogue)
+		body := lua(file)
+		if algo.MultiLimit() {
+			body = wrapLimit(body) + lua("multi.lua")
+		}
+		s.acquire[algo] = redis.NewScript(prelude + body + epilogue)
 	}
 	return s
+}
+
+// wrapLimit makes an algorithm file the constructor of one limit,
+// new_limit(rate, interval, burst, KEYS), for multi.lua: its locals become
+// one instance's, and its KEYS[2..] that limit's state keys.
+func wrapLimit(algo string) string {
+	return "local function new_limit(rate, interval, burst, KEYS)\n" + algo +
+		"\nreturn {capacity = capacity, load = load, save = save, try = try, try_run = try_run,\n" +
+		"  available = available, give = give, charge = charge, reset_us = reset_us}\nend\n"
 }
 
 // Limiter returns the script of an algorithm, or nil when rlproxy has no

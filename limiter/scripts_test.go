@@ -79,14 +79,17 @@ func (r *rig) open(t *testing.T, name string, algo limiter.Algo, epoch string) *
 
 // lim calls the script of shard 0 of one limiter the way sharding does.
 type lim struct {
-	t     *testing.T
-	r     *rig
-	name  string
-	algo  limiter.Algo
-	epoch string
+	t      *testing.T
+	r      *rig
+	name   string
+	algo   limiter.Algo
+	epoch  string
+	limits int // of a multi-limit limiter; 0 is 1
 }
 
-func (l *lim) keys() []string { return l.r.keys.Script(l.algo, l.name, 0, l.epoch, "") }
+func (l *lim) keys() []string {
+	return l.r.keys.ScriptLimits(l.algo, l.name, 0, l.epoch, "", l.limits)
+}
 
 // state returns the names of the state keys (all KEYS but the config).
 func (l *lim) state() []string { return l.keys()[1:] }

@@ -22,7 +22,7 @@ local start, count
 local stored -- the state as read, when it is this window's: "start:count"
 
 local function load()
-  start, count = window_of(now), 0
+  start, count = window_of(now, interval), 0
   local v = redis.call('GET', KEYS[2])
   if v then
     local s, c = string.match(v, '^([^:]+):(.+)$')
@@ -30,7 +30,7 @@ local function load()
     if s and c then
       -- Aligning again keeps a state written under another interval usable
       -- (KEEPSTATE carries its count over to the new interval).
-      s = window_of(s)
+      s = window_of(s, interval)
       if s >= start then
         start, count = s, c
         stored = v
@@ -79,6 +79,8 @@ local function charge(n)
   count = math.max(count, math.min(count + n, rate * MAX_DEBT_US / interval))
   return rate - count, until_reset()
 end
+
+local reset_us = until_reset
 
 local function give(n)
   count = math.max(0, count - n)

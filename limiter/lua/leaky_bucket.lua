@@ -24,7 +24,16 @@
 --          with KEEPSTATE carry them over to the new rate.
 local capacity = burst
 local per_permit = interval / rate -- T, microseconds
-local load, save = bucket(per_permit) -- level: permits queued
+local level -- permits queued
+local load_level, save_level = bucket(KEYS[2], per_permit)
+
+local function load()
+  level = load_level()
+end
+
+local function save()
+  save_level(level)
+end
 
 local function empty()
   return level <= EPS

@@ -24,7 +24,7 @@
 --   charge results: one run's 8 integers, granted 1, remaining signed
 --     (below zero: the debt that later acquires wait out)
 --   peek / release results: {available}
-local conf = redis.call('HMGET', KEYS[1], 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms')
+local conf = redis.call('HMGET', KEYS[1], 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms', 'sub_limits')
 if not conf[1] then
   return {1, ''}
 end
@@ -119,27 +119,27 @@ local function keep_drained(key, level, loaded, ts, per_permit)
   end
 end
 
--- The window that holds t, for the window algorithms (fixed-window,
--- sliding-window): windows are aligned to natural boundaries counted from
--- the Unix epoch (midnight UTC).
-local function window_of(t)
-  return t - math.fmod(t, interval) -- fmod is exact on integers
+-- The window of length span that holds t, for the window algorithms
+-- (fixed-window, sliding-window): windows are aligned to natural
+-- boundaries counted from the Unix epoch (midnight UTC).
+local function window_of(t, span)
+  return t - math.fmod(t, span) -- fmod is exact on integers
 end
 
 -- The state of the bucket algorithms (token-bucket, leaky-bucket): a
--- "level:ts" string read by drained() and written back by keep_drained().
--- level is what the bucket holds (permits in use, or queued) at ts.
-local level, ts, loaded
-
--- bucket returns the load() and save() of a bucket that drains one
--- permit per per_permit microseconds (see epilogue.lua).
-local function bucket(per_permit)
+-- "level:ts" string in key, draining one permit per per_permit
+-- microseconds; level is what the bucket holds (permits in use, or
+-- queued). bucket returns its load() (the level now) and save(level).
+local function bucket(key, per_permit)
+  local ts, loaded
   local function load()
-    level, ts = drained(KEYS[2], per_permit)
+    local level
+    level, ts = drained(key, per_permit)
     loaded = level
+    return level
   end
-  local function save()
-    keep_drained(KEYS[2], level, loaded, ts, per_permit)
+  local function save(level)
+    keep_drained(key, level, loaded, ts, per_permit)
   end
   return load, save
 end

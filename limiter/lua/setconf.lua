@@ -19,7 +19,7 @@ end
 
 -- Optional fields are written only when set (limiter.Config.fields): one
 -- stored but not given is a change too.
-local optional = {'shadow', 'limits'}
+local optional = {'shadow', 'limits', 'sub_limits'}
 
 if cur.epoch then
   local same = true
@@ -42,8 +42,14 @@ local epoch = ARGV[3]
 local new = {}
 for i = 5, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
 -- State survives only when its shape does: same algorithm, mode and shards.
+-- (the number of limits is part of the shape: it names the state keys).
+local function nlimits(v)
+  local n = 1
+  for _ in string.gmatch(v or '', ',?[^,]+') do n = n + 1 end
+  return n
+end
 if ARGV[2] == '1' and cur.epoch and cur.algo == new.algo and cur.mode == new.mode
-    and cur.shards == new.shards then
+    and cur.shards == new.shards and nlimits(cur.limits) == nlimits(new.limits) then
   epoch = cur.epoch
 end
 

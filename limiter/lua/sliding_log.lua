@@ -89,6 +89,8 @@ local function try(n, _)
   return 1, available(), 0, until_empty()
 end
 
+local reset_us = until_empty
+
 -- A charge is a grant that may take the log past rate: the debt lasts
 -- until the charge leaves the window (the log's own rule: at most rate
 -- within any window).

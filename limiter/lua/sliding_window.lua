@@ -23,13 +23,13 @@ local start, prev, cur
 local stored -- the state as read, when it is this window's: "start:prev:cur"
 
 local function load()
-  start, prev, cur = window_of(now), 0, 0
+  start, prev, cur = window_of(now, interval), 0, 0
   local v = redis.call('GET', KEYS[2])
   if not v then return end
   local s, p, c = string.match(v, '^([^:]+):([^:]+):(.+)$')
   s, p, c = tonumber(s), tonumber(p), tonumber(c)
   if not (s and p and c) then return end
-  s = window_of(s) -- a state written under another interval (KEEPSTATE)
+  s = window_of(s, interval) -- a state written under another interval (KEEPSTATE)
   -- The clock may step back after a failover; time never runs backwards here.
   if s > start then
     now, start = s, s
@@ -99,6 +99,8 @@ local function try(n, _)
   end
   return 0, available(), until_fits(n), until_reset()
 end
+
+local reset_us = until_reset
 
 local function charge(n)
   cur = math.max(cur, math.min(cur + n, rate * MAX_DEBT_US / interval))

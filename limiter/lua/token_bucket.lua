@@ -6,7 +6,16 @@
 --          KEEPSTATE carry the used permits over to the new rate.
 local capacity = burst
 local per_permit = interval / rate -- microseconds to refill one permit
-local load, save = bucket(per_permit) -- level: permits in use
+local level -- permits in use
+local load_level, save_level = bucket(KEYS[2], per_permit)
+
+local function load()
+  level = load_level()
+end
+
+local function save()
+  save_level(level)
+end
 
 local function available()
   return math.max(0, burst - level)
@@ -40,6 +49,11 @@ end
 local function charge(n)
   level = math.max(level, math.min(level + n, math.max(burst, MAX_DEBT_US / per_permit)))
   return burst - level, level * per_permit
+end
+
+-- Microseconds until the bucket is full again.
+local function reset_us()
+  return level * per_permit
 end
 
 local function give(n)
