@@ -17,6 +17,8 @@ func Limiters(l *sharding.Limiters, o Options) []Command {
 			Name: "RL.SETRATE", Arity: -4, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
 			Summary: "Creates a rate limiter or changes its rate. Returns 1 when the stored config was created or changed, 0 when it was left as it was.",
 			Args: []Arg{key, {Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"},
+				{Name: "limit", Type: "block", Token: "LIMIT", Optional: true, Multiple: true, Args: []Arg{
+					{Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"}}},
 				{Name: "algo", Type: "oneof", Token: "ALGO", Optional: true, Args: algoTokens()},
 				{Name: "burst", Type: "integer", Token: "BURST", Optional: true},
 				{Name: "shards", Type: "string", Token: "SHARDS", Optional: true},
@@ -181,7 +183,7 @@ func (h *handlers) getRate(ctx context.Context, _ Caller, args []string) (any, e
 	if err != nil || cfg == nil {
 		return nil, err
 	}
-	return Map{
+	m := Map{
 		"rate", cfg.Rate,
 		"interval_ms", cfg.Interval.Milliseconds(),
 		"algo", string(cfg.Algo),
@@ -189,7 +191,22 @@ func (h *handlers) getRate(ctx context.Context, _ Caller, args []string) (any, e
 		"shards", int64(cfg.Shards),
 		"mode", string(cfg.Mode),
 		"ttl_ms", cfg.TTL.Milliseconds(),
-	}, nil
+	}
+	if len(cfg.Limits.List()) > 0 {
+		m = append(m, "limits", limitPairs(cfg.Limits))
+	}
+	return m, nil
+}
+
+// limitPairs is RL.GETRATE's limits (only for a limiter that has them):
+// [rate, interval_ms] of each limit after the first (RL.SETRATE ... LIMIT
+// rate interval).
+func limitPairs(l limiter.Limits) []any {
+	out := []any{}
+	for _, x := range l.List() {
+		out = append(out, []any{x.Rate, x.Interval.Milliseconds()})
+	}
+	return out
 }
 
 func (h *handlers) release(ctx context.Context, c Caller, args []string) (any, error) {

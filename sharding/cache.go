@@ -52,7 +52,7 @@ func (l *Limiters) route(e *entry, shard int, client string) route {
 
 func (l *Limiters) newRoute(e *entry, shard int, client string) route {
 	node := e.nodes[shard]
-	keys := l.keys.Script(e.Algo, e.name, shard, e.Epoch, client)
+	keys := l.keys.ScriptLimits(e.Algo, e.name, shard, e.Epoch, client, len(e.LimitList()))
 	script, epoch := e.script, e.Epoch
 	return route{
 		shard:    shard,
