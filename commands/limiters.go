@@ -69,6 +69,7 @@ func Limiters(l *sharding.Limiters, o Options) []Command {
 		},
 		Throttle(l),
 		RLThrottle(l),
+		Charge(l),
 		GCRACommand(l),
 	}
 }
