@@ -222,3 +222,49 @@ func TestMultiLimitConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// KEEPSTATE keeps a multi-limit limiter's state while the number of its
+// limits stays the same (the state keys are named by it), and starts
+// fresh state when it changes.
+func TestMultiLimitKeepState(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	c := multi(tokenBucket(10, time.Hour, 10), limiter.Limit{Rate: 4, Interval: time.Hour})
+	l := r.createMulti(t, "keep", c)
+	l.take(3)
+	setconf := func(c limiter.Config, epoch string) string {
+		t.Helper()
+		sub := limiter.Sub{Rate: c.Rate, Burst: c.Burst}
+		for i, x := range c.Limits.List() {
+			sub.Limits[i] = x.Rate
+		}
+		v, err := r.scripts.SetConf.Run(t.Context(), r.rdb, []string{r.keys.Config("keep", 0)},
+			limiter.SetConfArgs(c, sub, limiter.SetConfOptions{Epoch: epoch, KeepState: true})...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, e, _, err := limiter.DecodeSetConf(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	// Same number of limits, another daily rate: state kept, new limit read.
+	if e := setconf(multi(tokenBucket(10, time.Hour, 10), limiter.Limit{Rate: 5, Interval: time.Hour}), "e2"); e != "e1" {
+		t.Fatalf("KEEPSTATE with as many limits: epoch %q, want e1 kept", e)
+	}
+	if n := l.peek(); n != 2 {
+		t.Errorf("available = %d, want 5-3 = 2 (the new second limit, the used permits kept)", n)
+	}
+	// One limit more: fresh state under a new epoch.
+	if e := setconf(multi(tokenBucket(10, time.Hour, 10), limiter.Limit{Rate: 5, Interval: time.Hour}, limiter.Limit{Rate: 6, Interval: time.Hour}), "e3"); e != "e3" {
+		t.Fatalf("KEEPSTATE with another number of limits: epoch %q, want e3 (fresh)", e)
+	}
+	// Back to one limit: no limits field left behind.
+	if e := setconf(tokenBucket(10, time.Hour, 10), "e4"); e != "e4" {
+		t.Fatalf("to one limit: epoch %q, want e4", e)
+	}
+	if ok, _ := r.rdb.HExists(t.Context(), r.keys.Config("keep", 0), "limits").Result(); ok {
+		t.Error("a one-limit config keeps a limits field")
+	}
+}
