@@ -37,6 +37,7 @@ func (r *rig) createMulti(t *testing.T, name string, c limiter.Config) *lim {
 	}
 	l := r.open(t, name, c.Algo, "e1")
 	l.limits = len(c.LimitList())
+	l.script = r.scripts.For(c)
 	return l
 }
 
@@ -162,6 +163,18 @@ func TestMultiLimitAllOrNothing(t *testing.T) {
 		}
 	})
 
+	t.Run("the one-limit script refuses a limiter of several limits", func(t *testing.T) {
+		c := multi(tokenBucket(10, time.Hour, 10), limiter.Limit{Rate: 4, Interval: time.Hour})
+		l := r.createMulti(t, "one", c)
+		_, err := r.scripts.Limiter(c.Algo).Run(t.Context(), r.rdb, l.keys(), limiter.AcquireArgs(l.epoch, []limiter.Ask{ask(1)})...).Result()
+		if err == nil || !strings.Contains(err.Error(), "several limits") {
+			t.Errorf("err = %v, want the one-limit script's refusal", err)
+		}
+		if r.scripts.For(tokenBucket(10, time.Hour, 10)) != r.scripts.Limiter(limiter.TokenBucket) || r.scripts.For(c) == r.scripts.Limiter(limiter.TokenBucket) {
+			t.Error("For picks the wrong script")
+		}
+	})
+
 	t.Run("charge takes from every limit", func(t *testing.T) {
 		c := multi(tokenBucket(10, time.Hour, 10), limiter.Limit{Rate: 4, Interval: time.Hour})
 		l := r.createMulti(t, "charge", c)
@@ -190,7 +203,7 @@ func TestMultiLimitConcurrent(t *testing.T) {
 					defer wg.Done()
 					for range 20 {
 						asks := []limiter.Ask{ask(1), ask(2)}
-						v, err := r.scripts.Limiter(l.algo).Run(t.Context(), r.rdb, l.keys(), limiter.AcquireArgs(l.epoch, asks)...).Result()
+						v, err := l.run().Run(t.Context(), r.rdb, l.keys(), limiter.AcquireArgs(l.epoch, asks)...).Result()
 						if err != nil {
 							t.Error(err)
 							return

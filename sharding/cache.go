@@ -32,7 +32,7 @@ type route struct {
 }
 
 func (l *Limiters) newEntry(name string, st limiter.Stored) *entry {
-	e := &entry{Stored: st, name: name, script: l.scripts.Limiter(st.Algo), nodes: l.nodes(name, st.Shards)}
+	e := &entry{Stored: st, name: name, script: l.scripts.For(st.Config), nodes: l.nodes(name, st.Shards)}
 	if st.Mode != limiter.PerClient {
 		e.shared = make([]route, st.Shards)
 		for shard := range e.shared {

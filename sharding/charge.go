@@ -18,7 +18,7 @@ func (l *Limiters) Charge(ctx context.Context, r Request) (limiter.Result, error
 		if err != nil {
 			return limiter.Result{}, err
 		}
-		script := l.scripts.Limiter(st.Algo)
+		script := l.scripts.For(st.Config)
 		if script == nil {
 			return limiter.Result{}, fmt.Errorf("algorithm '%s' is not supported yet", st.Algo)
 		}

@@ -198,7 +198,7 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 		if err != nil {
 			return 0, err
 		}
-		script := l.scripts.Limiter(st.Algo)
+		script := l.scripts.For(st.Config)
 		if script == nil {
 			return 0, fmt.Errorf("algorithm '%s' is not supported yet", st.Algo)
 		}
