@@ -126,6 +126,11 @@ const checks = {
   "CL.THROTTLE answers like redis-cell": async () => {
     assert.deepEqual(await c.call("CL.THROTTLE", k("user123"), 15, 30, 60, 1), [0, 16, 15, -1, 2]);
   },
+  "GCRA and RL.THROTTLE answer like Redis 8.8 and redis-cell": async () => {
+    assert.deepEqual(await c.call("GCRA", k("g"), 1, 1, 0.5), [0, 2, 1, -1, 1]);
+    assert.deepEqual(await c.call("GCRA", k("g"), 1, 1, 0.5, "TOKENS", 0), [0, 2, 1, -1, 1]);
+    assert.deepEqual(await c.call("RL.THROTTLE", k("g2"), 15, 30, 60), [0, 16, 15, -1, 2]);
+  },
   "concurrent callers never get more than the limit": async () => {
     await c.call("RL.SETRATE", k("burst"), 10, "1h");
     const replies = await Promise.all(Array.from({ length: 25 }, () => c.call("RL.ACQUIRE", k("burst"))));
