@@ -49,6 +49,9 @@ func NewScripts() *Scripts {
 	for algo, file := range files {
 		s.acquire[algo] = redis.NewScript(prelude + lua(file) + epilogue)
 	}
+	// The semaphore has ops of its own (no epilogue); it answers peek as
+	// the others do, so RL.AVAILABLE reads it the same way.
+	s.acquire[Concurrency] = redis.NewScript(prelude + lua("concurrency.lua"))
 	return s
 }
 
