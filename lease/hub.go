@@ -22,6 +22,7 @@ type hub struct {
 }
 
 type nodeSub struct {
+	sub      subscriber
 	ps       *redis.PubSub // nil: the node's client cannot subscribe (timers only)
 	channels map[string][]*waiter
 }
@@ -34,6 +35,24 @@ type waiter struct {
 
 type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Close() error
+}
+
+// subscriberOf returns a client of its own for a node's Pub/Sub
+// connection: the node's client bounds every read by the backend timeout
+// (and may busy-poll), where a subscriber waits for messages without end.
+func subscriberOf(node *backend.Node) subscriber {
+	switch c := node.Client().(type) {
+	case *redis.Client:
+		o := *c.Options()
+		o.ReadTimeout, o.Dialer, o.PoolSize, o.MinIdleConns, o.MaxRetries = -1, nil, 1, 0, 0
+		return redis.NewClient(&o)
+	case *redis.ClusterClient:
+		o := *c.Options()
+		o.ReadTimeout, o.Dialer, o.MaxRetries = -1, nil, 0
+		return redis.NewClusterClient(&o)
+	}
+	return nil
 }
 
 func newHub() *hub { return &hub{nodes: map[*backend.Node]*nodeSub{}} }
@@ -46,7 +65,8 @@ func (h *hub) join(ctx context.Context, node *backend.Node, channel string, w *w
 	ns := h.nodes[node]
 	if ns == nil {
 		ns = &nodeSub{channels: map[string][]*waiter{}}
-		if c, ok := node.Client().(subscriber); ok {
+		if c := subscriberOf(node); c != nil {
+			ns.sub = c
 			ns.ps = c.Subscribe(ctx)
 			go h.listen(ns)
 		}
@@ -141,6 +161,7 @@ func (h *hub) close() {
 	for _, ns := range h.nodes {
 		if ns.ps != nil {
 			_ = ns.ps.Close()
+			_ = ns.sub.Close()
 		}
 	}
 	h.nodes = map[*backend.Node]*nodeSub{}

@@ -138,6 +138,12 @@ func TestConcurrencyQueue(t *testing.T) {
 	if w, _ := s.lease(1, 0, "second"); w.Granted != 0 {
 		t.Fatal("granted with nothing free")
 	}
+	// The queue lives as long as its tickets (10s here).
+	for _, k := range s.state()[1:] {
+		if ms := r.pttl(t, k); ms < 9000 || ms > 10000 {
+			t.Fatalf("queue key %s PTTL %d ms, want the tickets' 10s", k, ms)
+		}
+	}
 	// One permit comes free: it fits "second", but "first" is ahead.
 	s.give(id2)
 	if w, _ := s.lease(1, 0, "second"); w.Granted != 0 {

@@ -1,8 +1,15 @@
 package proxy
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/redistest"
 )
 
 // leaseReply is a decoded RL.LEASE reply.
@@ -69,4 +76,135 @@ func TestLeaseSession(t *testing.T) {
 	h.Do(t, "RL.RETURN", "db", b.ID).Equal(int64(0))
 	h.Do(t, "RL.DEL", "db").Equal(int64(1))
 	h.Do(t, "RL.LEASE", "db").Err("ERR no such limiter 'db' (create it with RL.SETRATE)")
+}
+
+// heldScript sums the permits of the leases a sub-limiter holds now, by
+// the backend's clock (what the semaphore's invariant is about).
+var heldScript = redis.NewScript(`
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local sum = 0
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', ARGV[1] .. ':' .. epoch .. ':z', '(' .. now, '+inf')) do
+  sum = sum + tonumber(string.match(m, '^%d+%.(%d+)%.'))
+end
+return sum`)
+
+// held samples the permits held on shard of limiter name, from the backend.
+func held(t testing.TB, rdb *redis.Client, name string, shard int) int64 {
+	tag := fmt.Sprintf("rl:{%s:%d}", name, shard)
+	n, err := heldScript.Run(context.Background(), rdb, []string{tag + ":c"}, tag).Int64()
+	if err != nil {
+		t.Errorf("sample held permits: %v", err)
+	}
+	return n
+}
+
+// proxies starts n proxies over one redis-server.
+func proxies(t testing.TB, n int) []*harness {
+	srv := redistest.StartServer(t)
+	hs := make([]*harness, n)
+	for i := range hs {
+		hs[i] = startProxy(t, srv, func(c *config.Config) { c.Backends = []string{srv.URL()} })
+	}
+	return hs
+}
+
+// timedLease runs RL.LEASE through c and returns its reply and how long it took.
+func timedLease(t testing.TB, c conn, args ...any) (leaseReply, time.Duration) {
+	start := time.Now()
+	r := c.Do(t, append([]any{"RL.LEASE"}, args...)...).Lease()
+	return r, time.Since(start)
+}
+
+// A return through one proxy wakes a waiter on another at once; so does
+// an expiry; a waiter waits out its whole TIMEOUT even when the earliest
+// expiry is later.
+func TestLeaseWaitersWake(t *testing.T) {
+	hs := proxies(t, 2)
+	a, b := hs[0], hs[1]
+	a.Do(t, "RL.SETRATE", "w", 1, "10s", "ALGO", "concurrency").Equal(int64(1))
+
+	var lags []time.Duration
+	for range 5 {
+		l := a.Do(t, "RL.LEASE", "w").Lease()
+		done := make(chan time.Time, 1)
+		var got leaseReply
+		go func() {
+			got, _ = timedLease(t, b.conn, "w", "TIMEOUT", "3s")
+			done <- time.Now()
+		}()
+		time.Sleep(100 * time.Millisecond)
+		a.Do(t, "RL.RETURN", "w", l.ID).Equal(int64(1))
+		returned := time.Now()
+		woke := <-done
+		if !got.Granted {
+			t.Fatalf("the waiter was not granted after the return: %+v", got)
+		}
+		lags = append(lags, woke.Sub(returned))
+		b.Do(t, "RL.RETURN", "w", got.ID).Equal(int64(1))
+	}
+	slices.Sort(lags)
+	t.Logf("return through another proxy -> waiter granted: %v (median %v)", lags, lags[2])
+	if lags[2] > 50*time.Millisecond {
+		t.Errorf("median wake-up after a return %v, want within 50ms", lags[2])
+	}
+
+	// An expiry: nobody returns anything.
+	a.Do(t, "RL.LEASE", "w", "TTL", "300ms").Lease()
+	got, took := timedLease(t, b.conn, "w", "TIMEOUT", "3s")
+	t.Logf("lease of 300ms expiring -> waiter granted after %v", took)
+	if !got.Granted || took < 250*time.Millisecond || took > 300*time.Millisecond+100*time.Millisecond {
+		t.Errorf("waiter behind a 300ms lease: %+v after %v, want granted after 300ms (+50ms)", got, took)
+	}
+	b.Do(t, "RL.RETURN", "w", got.ID).Equal(int64(1))
+
+	// The holder keeps its lease for 10s; the waiter's whole 400ms go by.
+	a.Do(t, "RL.LEASE", "w").Lease()
+	got, took = timedLease(t, b.conn, "w", "TIMEOUT", "400ms")
+	if got.Granted || took < 400*time.Millisecond || got.RetryAfter < 9*time.Second {
+		t.Errorf("waiter with TIMEOUT 400ms behind a 10s lease: %+v after %v, want denied after 400ms", got, took)
+	}
+}
+
+// A client that disconnects while waiting gives nothing away: it takes no
+// permit and holds no one up; a holder that vanishes loses its lease at
+// its TTL by the backend's clock.
+func TestLeaseCrashSafety(t *testing.T) {
+	h := start(t)
+	rdb := h.backend.Client(t)
+	h.Do(t, "RL.SETRATE", "c", 1, "10s", "ALGO", "concurrency").Equal(int64(1))
+	l := h.Do(t, "RL.LEASE", "c").Lease()
+	for range 3 {
+		w := h.raw(t)
+		w.Send("RL.LEASE", "c", "BLOCK")
+		time.Sleep(50 * time.Millisecond)
+		_ = w.c.Close()
+	}
+	time.Sleep(50 * time.Millisecond)
+	h.Do(t, "RL.RETURN", "c", l.ID).Equal(int64(1))
+	time.Sleep(100 * time.Millisecond)
+	if n := held(t, rdb, "c", 0); n != 0 {
+		t.Fatalf("%d permits held after the waiters left and the holder returned", n)
+	}
+	// No ticket of theirs is left to hold up a call that does not wait.
+	if got := h.Do(t, "RL.LEASE", "c", "TTL", "200ms").Lease(); !got.Granted {
+		t.Fatalf("gone waiters still hold up the queue: %+v", got)
+	}
+
+	// The holder vanishes (its connection closes, nothing returns it).
+	holder := h.raw(t)
+	h.Do(t, "RL.SETRATE", "v", 1, "200ms", "ALGO", "concurrency").Equal(int64(1))
+	if line := holder.Call("RL.LEASE", "v"); line != "*4" {
+		t.Fatalf("RL.LEASE reply %q", line)
+	}
+	_ = holder.c.Close()
+	if got := h.Do(t, "RL.LEASE", "v").Lease(); got.Granted {
+		t.Fatal("granted while the vanished holder's lease runs")
+	}
+	got, took := timedLease(t, h.conn, "v", "TIMEOUT", "2s")
+	if !got.Granted || took > 250*time.Millisecond {
+		t.Fatalf("after the vanished holder's 200ms: %+v after %v", got, took)
+	}
 }

@@ -98,9 +98,10 @@ local function wake()
 end
 
 -- Every key lives as long as what it holds: the leases until the last
--- expires, the queue until the last ticket lapses.
-local function expire(key)
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+-- expires, the queue until the last ticket lapses (by, the sorted set
+-- whose scores say when).
+local function expire(key, by)
+  local last = redis.call('ZRANGE', by or key, -1, -1, 'WITHSCORES')
   if last[2] then
     redis.call('PEXPIRE', key, math.max(1, ms(tonumber(last[2]) - now)))
   end
@@ -133,8 +134,8 @@ if op == 'lease' then
     if member then
       redis.call('ZADD', queue, 'NX', now, member)
       redis.call('ZADD', deadlines, now + tonumber(ARGV[7]) * 1000, member)
-      expire(queue)
       expire(deadlines)
+      expire(queue, deadlines)
     end
     local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
     local retry = 1000
