@@ -208,3 +208,80 @@ func TestLeaseCrashSafety(t *testing.T) {
 		t.Fatalf("after the vanished holder's 200ms: %+v after %v", got, took)
 	}
 }
+
+func TestLeaseOptions(t *testing.T) {
+	h := start(t)
+	// SHARDS: each shard holds an exact share (3 + 2); a lease probes them all.
+	h.Do(t, "RL.SETRATE", "s", 5, "10s", "ALGO", "concurrency", "SHARDS", 2).Equal(int64(1))
+	var ids []string
+	for i := range 5 {
+		l := h.Do(t, "RL.LEASE", "s").Lease()
+		if !l.Granted {
+			t.Fatalf("lease %d of 5 over two shards denied", i+1)
+		}
+		ids = append(ids, l.ID)
+	}
+	if l := h.Do(t, "RL.LEASE", "s").Lease(); l.Granted {
+		t.Fatal("a sixth lease of 5 granted")
+	}
+	h.Do(t, "RL.AVAILABLE", "s").Equal(int64(0))
+	h.Do(t, "RL.LEASE", "s", 3).ErrContains("more than the limit")
+	for _, id := range ids {
+		h.Do(t, "RL.RETURN", "s", id).Equal(int64(1))
+	}
+	h.Do(t, "RL.AVAILABLE", "s").Equal(int64(5))
+
+	// NX never changes it; KEEPSTATE keeps the leases held under a new limit.
+	h.Do(t, "RL.SETRATE", "k", 3, "1m", "ALGO", "concurrency").Equal(int64(1))
+	h.Do(t, "RL.SETRATE", "k", 9, "1m", "ALGO", "concurrency", "NX").Equal(int64(0))
+	a := h.Do(t, "RL.LEASE", "k", 2).Lease()
+	h.Do(t, "RL.SETRATE", "k", 1, "1m", "ALGO", "concurrency", "KEEPSTATE").Equal(int64(1))
+	h.Do(t, "RL.AVAILABLE", "k").Equal(int64(0))
+	h.Do(t, "RL.SETRATE", "k", 4, "1m", "ALGO", "concurrency", "KEEPSTATE").Equal(int64(1))
+	h.Do(t, "RL.AVAILABLE", "k").Equal(int64(2))
+	h.Do(t, "RL.RETURN", "k", a.ID).Equal(int64(1))
+	// Without KEEPSTATE a new limit starts afresh.
+	h.Do(t, "RL.LEASE", "k", 4).Lease()
+	h.Do(t, "RL.SETRATE", "k", 2, "1m", "ALGO", "concurrency").Equal(int64(1))
+	h.Do(t, "RL.AVAILABLE", "k").Equal(int64(2))
+
+	// MODE PER_CLIENT: each connection name has its own limit.
+	h.Do(t, "RL.SETRATE", "p", 1, "1m", "ALGO", "concurrency", "MODE", "PER_CLIENT", "TTL", "1h").Equal(int64(1))
+	c1, c2 := h.Conn(t, nil), h.Conn(t, nil)
+	c1.Do(t, "CLIENT", "SETNAME", "w1").OK()
+	c2.Do(t, "CLIENT", "SETNAME", "w2").OK()
+	l1 := c1.Do(t, "RL.LEASE", "p").Lease()
+	if !l1.Granted || !c2.Do(t, "RL.LEASE", "p").Lease().Granted || c1.Do(t, "RL.LEASE", "p").Lease().Granted {
+		t.Fatal("PER_CLIENT: want one lease per client name")
+	}
+	c1.Do(t, "RL.RETURN", "p", l1.ID).Equal(int64(1))
+
+	// Errors name what to do.
+	h.Do(t, "RL.SETRATE", "tb", 5, "1s").Equal(int64(1))
+	h.Do(t, "RL.LEASE", "tb").ErrContains("not a concurrency limiter")
+	h.Do(t, "RL.RETURN", "tb", "x").ErrContains("not a concurrency limiter")
+	h.Do(t, "RL.RENEW", "k", "x", "TTL", "0").ErrContains("TTL")
+	h.Do(t, "RL.RENEW", "k", "x", "FOR", "1s").ErrContains("syntax error")
+	h.Do(t, "RL.RETURN", "k").ErrContains("wrong number of arguments")
+	h.Do(t, "RL.RETURN", "nope", "x").Err("ERR no such limiter 'nope' (create it with RL.SETRATE)")
+	// A waiter follows the limiter: RL.DEL answers it at once.
+	h.Do(t, "RL.SETRATE", "d", 1, "1m", "ALGO", "concurrency").Equal(int64(1))
+	h.Do(t, "RL.LEASE", "d").Lease()
+	errc := make(chan error, 1)
+	w := h.client(t, nil)
+	go func() { errc <- w.Do(context.Background(), "RL.LEASE", "d", "TIMEOUT", "5s").Err() }()
+	time.Sleep(100 * time.Millisecond)
+	h.Do(t, "RL.DEL", "d").Equal(int64(1))
+	begin := time.Now()
+	select {
+	case err := <-errc:
+		if err == nil || err.Error() != "ERR no such limiter 'd' (create it with RL.SETRATE)" {
+			t.Fatalf("waiter after RL.DEL: %v", err)
+		}
+		if took := time.Since(begin); took > 500*time.Millisecond {
+			t.Errorf("waiter answered %v after RL.DEL, want at once", took)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("waiter not answered after RL.DEL")
+	}
+}
