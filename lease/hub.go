@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/backend"
@@ -24,7 +25,14 @@ type hub struct {
 type nodeSub struct {
 	sub      subscriber
 	ps       *redis.PubSub // nil: the node's client cannot subscribe (timers only)
-	channels map[string][]*waiter
+	channels map[string]*local
+}
+
+// local is this proxy's waiters on one channel, in arrival order.
+type local struct {
+	waiters []*waiter
+	ready   chan struct{} // closed once subscribed
+	idle    *time.Timer   // set while no one waits: unsubscribes when it fires
 }
 
 // waiter is one client waiting in RL.LEASE.
@@ -57,73 +65,116 @@ func subscriberOf(node *backend.Node) subscriber {
 
 func newHub() *hub { return &hub{nodes: map[*backend.Node]*nodeSub{}} }
 
-// join adds w behind the local waiters on channel (subscribing to it when
-// w is the first).
-func (h *hub) join(ctx context.Context, node *backend.Node, channel string, w *waiter) {
+// join adds w behind the local waiters on channel, subscribing to it
+// when this proxy is not yet. It returns nil when subscribed, or else a
+// channel closed once subscribed (another waiter is subscribing): a waiter
+// that asked before then asks once more, for a message sent meanwhile was
+// not received.
+func (h *hub) join(node *backend.Node, channel string, w *waiter) <-chan struct{} {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	ns := h.nodes[node]
 	if ns == nil {
-		ns = &nodeSub{channels: map[string][]*waiter{}}
+		ns = &nodeSub{channels: map[string]*local{}}
 		if c := subscriberOf(node); c != nil {
 			ns.sub = c
-			ns.ps = c.Subscribe(ctx)
+			ns.ps = c.Subscribe(context.Background())
 			go h.listen(ns)
 		}
 		h.nodes[node] = ns
 	}
-	if len(ns.channels[channel]) == 0 && ns.ps != nil {
-		// A failed subscribe only costs promptness: the waiter's timers
-		// still run (go-redis resubscribes after reconnecting).
-		_ = ns.ps.Subscribe(ctx, channel)
+	l := ns.channels[channel]
+	subscribe := false
+	if l == nil {
+		l = &local{ready: make(chan struct{})}
+		ns.channels[channel] = l
+		if ns.ps == nil {
+			close(l.ready) // timers only
+		} else {
+			subscribe = true
+		}
 	}
-	ns.channels[channel] = append(ns.channels[channel], w)
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
+	}
+	l.waiters = append(l.waiters, w)
+	ps := ns.ps
+	h.mu.Unlock()
+	if subscribe {
+		// Outside the lock: messages keep flowing to the others meanwhile.
+		// A failed subscribe only costs promptness: the waiters' timers
+		// still run (go-redis resubscribes after reconnecting).
+		_ = ps.Subscribe(context.Background(), channel)
+		close(l.ready)
+	}
+	select {
+	case <-l.ready:
+		return nil
+	default:
+		return l.ready
+	}
 }
 
-// leave removes w; the channel is unsubscribed once no one waits on it.
-// The next local waiter becomes the head: it is woken to take over the
-// head's timer.
+// leave removes w. The next local waiter becomes the head: it is woken to
+// take over the head's timer. A channel no one waits on is unsubscribed
+// after idleUnsubscribe (waiters come and go; resubscribing for each
+// would lose the messages sent in between).
 func (h *hub) leave(node *backend.Node, channel string, w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ns := h.nodes[node]
-	if ns == nil {
+	if ns == nil || ns.channels[channel] == nil {
 		return
 	}
-	list := ns.channels[channel]
-	for i, x := range list {
+	l := ns.channels[channel]
+	for i, x := range l.waiters {
 		if x == w {
-			list = append(list[:i:i], list[i+1:]...)
-			if i == 0 && len(list) > 0 {
-				list[0].poke()
+			l.waiters = append(l.waiters[:i:i], l.waiters[i+1:]...)
+			if i == 0 && len(l.waiters) > 0 {
+				l.waiters[0].poke()
 			}
 			break
 		}
 	}
-	if len(list) > 0 {
-		ns.channels[channel] = list
+	if len(l.waiters) > 0 || ns.ps == nil || l.idle != nil {
+		if len(l.waiters) == 0 && ns.ps == nil {
+			delete(ns.channels, channel)
+		}
 		return
 	}
-	delete(ns.channels, channel)
-	if ns.ps != nil {
+	l.idle = time.AfterFunc(idleUnsubscribe, func() {
+		<-l.ready
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if ns.channels[channel] != l || len(l.waiters) > 0 || h.nodes[node] != ns {
+			return
+		}
+		delete(ns.channels, channel)
 		_ = ns.ps.Unsubscribe(context.Background(), channel)
-	}
+	})
 }
+
+// idleUnsubscribe is how long a channel stays subscribed with no waiter.
+const idleUnsubscribe = 30 * time.Second
 
 // head reports whether w is the first local waiter on channel.
 func (h *hub) head(node *backend.Node, channel string, w *waiter) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ns := h.nodes[node]
-	return ns != nil && len(ns.channels[channel]) > 0 && ns.channels[channel][0] == w
+	if ns == nil || ns.channels[channel] == nil {
+		return false
+	}
+	l := ns.channels[channel].waiters
+	return len(l) > 0 && l[0] == w
 }
 
 // wakeAll wakes every local waiter on channel.
 func (h *hub) wakeAll(node *backend.Node, channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if ns := h.nodes[node]; ns != nil {
-		for _, w := range ns.channels[channel] {
+	if ns := h.nodes[node]; ns != nil && ns.channels[channel] != nil {
+		for _, w := range ns.channels[channel].waiters {
 			w.poke()
 		}
 	}
@@ -139,7 +190,10 @@ func (h *hub) listen(ns *nodeSub) {
 func (h *hub) deliver(ns *nodeSub, channel, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	list := ns.channels[channel]
+	if ns.channels[channel] == nil {
+		return
+	}
+	list := ns.channels[channel].waiters
 	if payload == "*" {
 		for _, w := range list {
 			w.poke()
@@ -159,6 +213,11 @@ func (h *hub) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, ns := range h.nodes {
+		for _, l := range ns.channels {
+			if l.idle != nil {
+				l.idle.Stop()
+			}
+		}
 		if ns.ps != nil {
 			_ = ns.ps.Close()
 			_ = ns.sub.Close()

@@ -248,7 +248,7 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 	shard := rand.IntN(p.Shards)
 	node, channel := p.Nodes[shard], s.channel(r.Name, shard)
 	w := &waiter{ticket: limiter.NewTicket(), wake: make(chan struct{}, 1)}
-	s.hub.join(ctx, node, channel, w)
+	subscribed := s.hub.join(node, channel, w)
 	var queued *sub // where the ticket may be queued
 	defer func() {
 		s.hub.leave(node, channel, w)
@@ -317,6 +317,16 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 			return Result{Remaining: rep.Free, RetryAfterMs: usToMs(rep.RetryAfterUs)}, nil
 		}
 		queued = &b
+		if subscribed != nil {
+			// Not subscribed when it asked: ask again once subscribed.
+			select {
+			case <-subscribed:
+			case <-ctx.Done():
+				return Result{}, ctx.Err()
+			}
+			subscribed = nil
+			continue
+		}
 		sleep := min(rest, s.opts.Refresh)
 		if s.hub.head(node, channel, w) {
 			sleep = min(sleep, time.Duration(rep.RetryAfterUs)*time.Microsecond)

@@ -3,7 +3,10 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,5 +286,116 @@ func TestLeaseOptions(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("waiter not answered after RL.DEL")
+	}
+}
+
+// maxHeld samples the permits held on a limiter's shard 0 from the
+// backend every 2ms until stop is closed, and returns the most seen.
+func maxHeld(t testing.TB, rdb *redis.Client, name string, stop <-chan struct{}) <-chan int64 {
+	out := make(chan int64, 1)
+	go func() {
+		var most int64
+		for {
+			select {
+			case <-stop:
+				out <- most
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			most = max(most, held(t, rdb, name, 0))
+		}
+	}()
+	return out
+}
+
+// Never more than the limit held at once: 32 clients through two proxies
+// lease, renew, return or abandon their leases at random.
+func TestLeaseExactUnderLoad(t *testing.T) {
+	const limit, clients = 5, 32
+	hs := proxies(t, 2)
+	rdb := hs[0].backend.Client(t)
+	hs[0].Do(t, "RL.SETRATE", "x", limit, "200ms", "ALGO", "concurrency").Equal(int64(1))
+	stop := make(chan struct{})
+	most := maxHeld(t, rdb, "x", stop)
+	var grants atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(2 * time.Second)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			c := hs[i%2].client(t, func(o *redis.Options) { o.ReadTimeout = 5 * time.Second })
+			ctx := context.Background()
+			for time.Now().Before(end) {
+				args := []any{"RL.LEASE", "x", 1 + rng.IntN(2), "TTL", 20 + rng.IntN(200)}
+				if rng.IntN(2) == 0 {
+					args = append(args, "TIMEOUT", rng.IntN(200)+1)
+				}
+				v, err := c.Do(ctx, args...).Slice()
+				if err != nil || len(v) != 4 {
+					t.Errorf("%v: %v %v", args, v, err)
+					return
+				}
+				if v[0] != int64(1) {
+					continue
+				}
+				grants.Add(1)
+				id := v[3].(string)
+				time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
+				switch rng.IntN(4) {
+				case 0: // abandoned: it expires
+				case 1:
+					c.Do(ctx, "RL.RENEW", "x", id, "TTL", 10+rng.IntN(100))
+					time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+					fallthrough
+				default:
+					c.Do(ctx, "RL.RETURN", "x", id)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	m := <-most
+	t.Logf("%d grants; most held at once (sampled from the backend): %d of %d", grants.Load(), m, limit)
+	if m > limit {
+		t.Errorf("%d permits held at once, limit %d", m, limit)
+	}
+	if grants.Load() < 100 || m < limit-1 {
+		t.Errorf("the load never filled the limiter (%d grants, most held %d): the test proves nothing", grants.Load(), m)
+	}
+}
+
+// Across a backend restart (no persistence): the limiter is gone with its
+// leases, RL.LEASE says so, and once re-created it grants no more than its
+// limit; the leases of before are not held (RL.RETURN gives 0).
+func TestLeaseBackendRestart(t *testing.T) {
+	h := start(t)
+	h.Do(t, "RL.SETRATE", "r", 2, "1m", "ALGO", "concurrency").Equal(int64(1))
+	a, b := h.Do(t, "RL.LEASE", "r").Lease(), h.Do(t, "RL.LEASE", "r").Lease()
+	h.backend.Restart(t)
+	err := eventually(5*time.Second, func() error {
+		r := h.Do(t, "RL.LEASE", "r")
+		if r.err == nil || r.err.Error() != "ERR no such limiter 'r' (create it with RL.SETRATE)" {
+			return fmt.Errorf("%s", r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+	h.Do(t, "RL.SETRATE", "r", 2, "1m", "ALGO", "concurrency").Equal(int64(1))
+	for _, id := range []string{a.ID, b.ID} {
+		h.Do(t, "RL.RETURN", "r", id).Equal(int64(0))
+	}
+	n := 0
+	for range 4 {
+		if h.Do(t, "RL.LEASE", "r").Lease().Granted {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d leases granted of a limit of 2 after the restart", n)
 	}
 }
