@@ -399,3 +399,34 @@ func TestLeaseBackendRestart(t *testing.T) {
 		t.Fatalf("%d leases granted of a limit of 2 after the restart", n)
 	}
 }
+
+// The lease session of a worker, through go-redis' typed API, RESP2 and RESP3.
+func TestGoRedisLeaseSession(t *testing.T) {
+	h := start(t)
+	for _, protocol := range []int{2, 3} {
+		c := h.client(t, func(o *redis.Options) { o.Protocol = protocol })
+		ctx := t.Context()
+		key := fmt.Sprintf("jobs-%d", protocol)
+		if n, err := c.Do(ctx, "RL.SETRATE", key, 1, "2s", "ALGO", "concurrency").Int(); n != 1 || err != nil {
+			t.Fatalf("RL.SETRATE: %d %v", n, err)
+		}
+		v, err := c.Do(ctx, "RL.LEASE", key).Slice()
+		if err != nil || len(v) != 4 || v[0] != int64(1) {
+			t.Fatalf("RESP%d RL.LEASE: %v %v", protocol, v, err)
+		}
+		id, ok := v[3].(string)
+		if !ok || id == "" {
+			t.Fatalf("RESP%d lease_id %#v, want a string", protocol, v[3])
+		}
+		if n, err := c.Do(ctx, "RL.RENEW", key, id, "TTL", "5s").Int(); n != 1 || err != nil {
+			t.Fatalf("RL.RENEW: %d %v", n, err)
+		}
+		v, _ = c.Do(ctx, "RL.LEASE", key).Slice()
+		if v[0] != int64(0) || v[3] != "" || v[2].(int64) <= 4000 {
+			t.Fatalf("RESP%d RL.LEASE while held: %v, want denied until the renewed lease expires", protocol, v)
+		}
+		if n, err := c.Do(ctx, "RL.RETURN", key, id).Int(); n != 1 || err != nil {
+			t.Fatalf("RL.RETURN: %d %v", n, err)
+		}
+	}
+}
