@@ -194,9 +194,6 @@ func (s *Service) Lease(ctx context.Context, r Request) (Result, error) {
 	}
 	var res Result
 	err := s.retry(ctx, r.Name, r.Client, func(p sharding.Placed) error {
-		if err := overLimit(p, r); err != nil {
-			return err
-		}
 		// Every shard holds an exact share: try them all, from a random one.
 		first := rand.IntN(p.Shards)
 		res = Result{}
@@ -211,6 +208,9 @@ func (s *Service) Lease(ctx context.Context, r Request) (Result, error) {
 				res = Result{Granted: true, Remaining: rep.Free, ID: id}
 				return nil
 			}
+			if rep.Granted < 0 {
+				return overLimit(p, r)
+			}
 			if i == 0 || usToMs(rep.RetryAfterUs) < res.RetryAfterMs {
 				res.Remaining, res.RetryAfterMs = rep.Free, usToMs(rep.RetryAfterUs)
 			}
@@ -220,11 +220,11 @@ func (s *Service) Lease(ctx context.Context, r Request) (Result, error) {
 	return res, err
 }
 
+// overLimit is the error of a lease the script found over its
+// sub-limiter's share of the limit (the script, reading the config in
+// force, is the judge: a cached config may be old).
 func overLimit(p sharding.Placed, r Request) error {
-	if c := p.Capacity(); r.Permits > c {
-		return &OverLimitError{Name: r.Name, Permits: r.Permits, Limit: c}
-	}
-	return nil
+	return &OverLimitError{Name: r.Name, Permits: r.Permits, Limit: p.Capacity()}
 }
 
 // wait is a Lease that may wait: it queues on one sub-limiter (picked at
@@ -265,9 +265,6 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 		}
 	}()
 	for attempt := 0; ; {
-		if err := overLimit(p, r); err != nil {
-			return Result{}, err
-		}
 		b := s.sub(p, r.Name, shard)
 		if p.Shards != len(p.Nodes) || b.node != node {
 			// The limiter was resharded or moved: start over on it.
@@ -277,8 +274,8 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 		rest := left(deadline)
 		last := rest <= 0
 		ticket := w.ticket
-		if last {
-			ticket = "" // the final try does not queue
+		if last && queued == nil {
+			ticket = "" // a final try not queued yet does not queue
 		}
 		rep, err := s.call(ctx, b, limiter.OpLease, limiter.LeaseArgs(b.epoch, r.Permits, r.TTL, id, ticket, min(rest, s.opts.Refresh)+2*s.opts.Refresh))
 		if errors.Is(err, errChanged) {
@@ -311,7 +308,7 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 			return Result{Granted: true, Remaining: rep.Free, ID: id}, nil
 		}
 		if rep.Granted < 0 {
-			return Result{}, &OverLimitError{Name: r.Name, Permits: r.Permits, Limit: p.Capacity()}
+			return Result{}, overLimit(p, r)
 		}
 		if last {
 			return Result{Remaining: rep.Free, RetryAfterMs: usToMs(rep.RetryAfterUs)}, nil
@@ -328,7 +325,11 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 			continue
 		}
 		sleep := min(rest, s.opts.Refresh)
-		if s.hub.head(node, channel, w) {
+		if rep.Free < r.Permits && s.hub.head(node, channel, w) {
+			// Too few permits free: the first local waiter also wakes when
+			// the earliest lease expires (nobody may return anything).
+			// With enough free, waiters queued ahead hold it back: the
+			// queue moving wakes it.
 			sleep = min(sleep, time.Duration(rep.RetryAfterUs)*time.Microsecond)
 		}
 		if timer == nil {

@@ -430,3 +430,63 @@ func TestGoRedisLeaseSession(t *testing.T) {
 		}
 	}
 }
+
+// The embedded backend (the zero-setup default) runs leases too, waking
+// a waiter on a return.
+func TestLeaseEmbedded(t *testing.T) {
+	h := startProxy(t, nil)
+	h.Do(t, "RL.SETRATE", "e", 1, "10s", "ALGO", "concurrency").Equal(int64(1))
+	l := h.Do(t, "RL.LEASE", "e").Lease()
+	done := make(chan leaseReply, 1)
+	w := h.Conn(t, nil)
+	go func() { r, _ := timedLease(t, w, "e", "TIMEOUT", "3s"); done <- r }()
+	time.Sleep(100 * time.Millisecond)
+	h.Do(t, "RL.RETURN", "e", l.ID).Equal(int64(1))
+	select {
+	case r := <-done:
+		if !r.Granted {
+			t.Fatalf("waiter: %+v", r)
+		}
+	case <-time.After(500 * time.Millisecond):
+		t.Fatal("the waiter was not woken by the return")
+	}
+	h.Do(t, "RL.AVAILABLE", "e").Equal(int64(0))
+}
+
+// On Redis Cluster: a sharded concurrency limiter spreads over the masters,
+// and a return through one proxy wakes a waiter on another (the script's
+// PUBLISH reaches every node's subscribers).
+func TestLeaseCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	a := startProxy(t, nil, func(c *config.Config) { c.Cluster = cluster.URLs() })
+	b := startProxy(t, nil, func(c *config.Config) { c.Cluster = cluster.URLs() })
+	a.Do(t, "RL.SETRATE", "cl", 4, "10s", "ALGO", "concurrency", "SHARDS", 4).Equal(int64(1))
+	var ids []string
+	for range 4 {
+		ids = append(ids, a.Do(t, "RL.LEASE", "cl").Lease().ID)
+	}
+	if a.Do(t, "RL.LEASE", "cl").Lease().Granted {
+		t.Fatal("a fifth lease of 4 granted")
+	}
+	// The waiter queues on one of the 4 shards: returning every lease frees it.
+	done := make(chan leaseReply, 1)
+	w := b.Conn(t, nil)
+	go func() { r, _ := timedLease(t, w, "cl", "TIMEOUT", "5s"); done <- r }()
+	time.Sleep(200 * time.Millisecond)
+	for _, id := range ids {
+		a.Do(t, "RL.RETURN", "cl", id).Equal(int64(1))
+	}
+	returned := time.Now()
+	select {
+	case r := <-done:
+		if !r.Granted {
+			t.Fatalf("waiter: %+v", r)
+		}
+		t.Logf("waiter granted %v after the returns", time.Since(returned))
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter was not woken")
+	}
+	if took := time.Since(returned); took > 500*time.Millisecond {
+		t.Errorf("waiter woken %v after the return, want at once", took)
+	}
+}
