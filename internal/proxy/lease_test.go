@@ -490,3 +490,49 @@ func TestLeaseCluster(t *testing.T) {
 		t.Errorf("waiter woken %v after the return, want at once", took)
 	}
 }
+
+// Waiting does not poll: 16 waiters through two proxies behind a lease
+// held for 10s cost the backend a handful of script calls each over 1.5s
+// (first try, a refresh a second, the final try, leaving the queue); a
+// return wakes one of them, not all.
+func TestLeaseNoPollingStorm(t *testing.T) {
+	hs := proxies(t, 2)
+	rdb := hs[0].backend.Client(t)
+	hs[0].Do(t, "RL.SETRATE", "q", 1, "10s", "ALGO", "concurrency").Equal(int64(1))
+	held := hs[0].Do(t, "RL.LEASE", "q").Lease()
+	for _, h := range hs { // warm: configs cached, channels subscribed
+		h.Do(t, "RL.LEASE", "q", "TIMEOUT", "1ms").Lease()
+	}
+	const waiters = 16
+	resetBackendStats(t, rdb)
+	var wg sync.WaitGroup
+	var granted atomic.Int64
+	for i := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := hs[i%2].client(t, func(o *redis.Options) { o.ReadTimeout = 5 * time.Second })
+			v, err := c.Do(context.Background(), "RL.LEASE", "q", "TIMEOUT", "1500ms").Slice()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if v[0] == int64(1) {
+				granted.Add(1)
+				c.Do(context.Background(), "RL.RENEW", "q", v[3], "TTL", "1m") // held to the end
+			}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	hs[1].Do(t, "RL.RETURN", "q", held.ID).Equal(int64(1))
+	wg.Wait()
+	calls := backendCalls(t, rdb)
+	scripts := calls["evalsha"] + calls["eval"]
+	t.Logf("%d waiters over 1.5s, one return: %d script calls, %d granted", waiters, scripts, granted.Load())
+	if granted.Load() != 1 {
+		t.Errorf("%d waiters granted after one return of a limit of 1", granted.Load())
+	}
+	if scripts > 6*waiters {
+		t.Errorf("%d script calls for %d waiters: waiters poll", scripts, waiters)
+	}
+}
