@@ -183,8 +183,9 @@ func (s *Service) retry(ctx context.Context, name, client string, f func(p shard
 
 // Lease takes r.Permits permits for r.TTL, waiting up to r.MaxWait (or
 // until granted with r.Block) in arrival order. ctx ends when the client
-// disconnects: a waiter then leaves the queue, and a lease granted at that
-// very moment is given back.
+// disconnects (or the proxy shuts down: the error is ctx's cause): a
+// waiter then leaves the queue, and a lease granted at that very moment is
+// given back.
 func (s *Service) Lease(ctx context.Context, r Request) (Result, error) {
 	if r.Permits <= 0 {
 		r.Permits = 1
@@ -303,7 +304,7 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 			if ctx.Err() != nil {
 				// The client left while the grant was on its way: give it back.
 				_, _ = s.call(ctx, b, limiter.OpReturn, limiter.ReturnArgs(b.epoch, id))
-				return Result{}, ctx.Err()
+				return Result{}, context.Cause(ctx)
 			}
 			return Result{Granted: true, Remaining: rep.Free, ID: id}, nil
 		}
@@ -319,7 +320,7 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 			select {
 			case <-subscribed:
 			case <-ctx.Done():
-				return Result{}, ctx.Err()
+				return Result{}, context.Cause(ctx)
 			}
 			subscribed = nil
 			continue
@@ -339,7 +340,7 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return Result{}, ctx.Err()
+			return Result{}, context.Cause(ctx)
 		case <-w.wake:
 		case <-timer.C:
 		}
