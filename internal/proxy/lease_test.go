@@ -536,3 +536,29 @@ func TestLeaseNoPollingStorm(t *testing.T) {
 		t.Errorf("%d script calls for %d waiters: waiters poll", scripts, waiters)
 	}
 }
+
+// Waiters follow the limiter: a higher limit set through another proxy
+// (KEEPSTATE keeps the lease held) grants a waiter at once.
+func TestLeaseWaitersFollowTheLimit(t *testing.T) {
+	hs := proxies(t, 2)
+	a, b := hs[0], hs[1]
+	a.Do(t, "RL.SETRATE", "up", 1, "10s", "ALGO", "concurrency").Equal(int64(1))
+	a.Do(t, "RL.LEASE", "up").Lease()
+	done := make(chan leaseReply, 1)
+	w := b.Conn(t, nil)
+	go func() { r, _ := timedLease(t, w, "up", "TIMEOUT", "5s"); done <- r }()
+	time.Sleep(150 * time.Millisecond)
+	a.Do(t, "RL.SETRATE", "up", 2, "10s", "ALGO", "concurrency", "KEEPSTATE").Equal(int64(1))
+	changed := time.Now()
+	select {
+	case r := <-done:
+		if !r.Granted || r.Remaining != 0 {
+			t.Fatalf("waiter after the limit went up: %+v", r)
+		}
+		if took := time.Since(changed); took > 500*time.Millisecond {
+			t.Errorf("waiter granted %v after the new limit, want at once", took)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("waiter not granted after the limit went up")
+	}
+}
