@@ -121,7 +121,9 @@ if op == 'lease' then
   if ticket ~= '' then member = n .. ':' .. ticket end
   if n > limit then
     out[3], out[4], out[5] = -1, free(), 0
-  elseif ahead(member) + n <= free() then
+  elseif n <= free() and ahead(member) + n <= free() then
+    -- (The queue is summed only when the permits are free: a waiter's
+    -- refresh while none are costs O(log N), however long the queue.)
     redis.call('ZADD', leases, now + ttl, id)
     held = held + n
     changed_leases = true
