@@ -4,10 +4,13 @@ package limiter_test
 // redis-server.
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rlproxy/rlproxy/internal/redistest"
 	"github.com/rlproxy/rlproxy/limiter"
 )
 
@@ -241,5 +244,42 @@ func TestLeaseIDs(t *testing.T) {
 		if _, ok := limiter.LeaseShard(bad); ok {
 			t.Errorf("LeaseShard(%q) accepted", bad)
 		}
+	}
+}
+
+// BenchmarkConcurrencyScript: one lease and its return on a real
+// redis-server (two script calls a cycle), with held leases already in the
+// set (the script sums the permits held on every call: O(leases)).
+func BenchmarkConcurrencyScript(b *testing.B) {
+	srv := redistest.StartServer(b)
+	rdb := srv.Client(b)
+	scripts := limiter.NewScripts()
+	keys := limiter.Keys{Prefix: "b:"}
+	script := scripts.Limiter(limiter.Concurrency)
+	for _, heldBefore := range []int{0, 64, 1024} {
+		b.Run(fmt.Sprintf("held=%d", heldBefore), func(b *testing.B) {
+			name := fmt.Sprintf("sem%d", heldBefore)
+			c := concurrency(int64(heldBefore+1), time.Hour)
+			ctx := context.Background()
+			if _, err := scripts.SetConf.Run(ctx, rdb, []string{keys.Config(name, 0)}, limiter.SetConfArgs(c, shard0(c), limiter.SetConfOptions{Epoch: "e1"})...).Result(); err != nil {
+				b.Fatal(err)
+			}
+			k := keys.Script(limiter.Concurrency, name, 0, "e1", "")
+			for range heldBefore {
+				if _, err := script.Run(ctx, rdb, k, limiter.LeaseArgs("e1", 1, 0, limiter.NewLeaseID(0, 1), "", 0)...).Result(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for b.Loop() {
+				id := limiter.NewLeaseID(0, 1)
+				v, err := script.Run(ctx, rdb, k, limiter.LeaseArgs("e1", 1, 0, id, "", 0)...).Result()
+				if rep, derr := limiter.DecodeLease(v, limiter.OpLease); err != nil || derr != nil || rep.Granted != 1 {
+					b.Fatalf("lease: %v %v %v", v, err, derr)
+				}
+				if err := script.Run(ctx, rdb, k, limiter.ReturnArgs("e1", id)...).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

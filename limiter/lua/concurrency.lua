@@ -12,6 +12,8 @@
 -- KEYS[4]  ticket deadlines: sorted set, the same members -> when the
 --          ticket lapses unless its waiter asks again (a waiter whose proxy
 --          vanished stops holding up the queue)
+-- KEYS[5]  permits held: the sum over KEYS[2] (kept so a call costs
+--          O(log N), not O(leases); rebuilt from KEYS[2] if it goes missing)
 -- ARGV[1]  op: 'lease' | 'return' | 'renew' | 'cancel' | 'peek'
 --          ('acquire' and 'release' are errors: the commands are RL.LEASE
 --          and RL.RETURN)
@@ -44,11 +46,25 @@ local function permits_of(member)
 end
 
 -- Expired leases go; the rest are the permits held.
-local freed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now) > 0
-local held = 0
-for _, id in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
-  held = held + permits_of(id)
+local count = KEYS[5]
+local held = tonumber(redis.call('GET', count))
+local freed = false
+if held then
+  local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
+  if #expired > 0 then
+    for _, id in ipairs(expired) do held = held - permits_of(id) end
+    redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+    freed = true
+  end
+else
+  -- No count (a new epoch, or lost): rebuild it from the leases.
+  freed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now) > 0
+  held = 0
+  for _, id in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
+    held = held + permits_of(id)
+  end
 end
+local held_before = held
 local function free()
   return math.max(0, limit - held)
 end
@@ -172,6 +188,13 @@ elseif op == 'cancel' then
 else
   out[3] = free()
 end
-if changed_leases then expire(leases) end
+if changed_leases or freed then expire(leases) end
+-- The count lives exactly as long as the leases it sums.
+if held <= 0 or redis.call('EXISTS', leases) == 0 then
+  redis.call('DEL', count)
+elseif held ~= held_before or changed_leases or redis.call('EXISTS', count) == 0 then
+  redis.call('SET', count, held)
+  expire(count, leases)
+end
 if freed or moved then wake() end
 return out
