@@ -107,8 +107,6 @@ func (e *OverLimitError) Error() string {
 	return fmt.Sprintf("%d permits is more than the limit of '%s' (%d at once); a lease can never get them", e.Permits, e.Name, e.Limit)
 }
 
-// ErrTooManyWaiters: max_waiters clients wait already.
-var ErrTooManyWaiters = errors.New("too many waiting clients; try again later")
 
 // sub is one sub-limiter of a concurrency limiter, as one call sees it.
 type sub struct {
@@ -235,7 +233,7 @@ func overLimit(p sharding.Placed, r Request) error {
 func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 	if n := s.waiters.Add(1); s.opts.MaxWaiters > 0 && n > int64(s.opts.MaxWaiters) {
 		s.waiters.Add(-1)
-		return Result{}, ErrTooManyWaiters
+		return Result{}, sharding.ErrTooManyWaiters{Max: s.opts.MaxWaiters}
 	}
 	defer s.waiters.Add(-1)
 	deadline := time.Now().Add(r.MaxWait)

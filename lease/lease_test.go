@@ -92,3 +92,27 @@ func TestWaiterLeavesQueue(t *testing.T) {
 		t.Fatalf("%d waiters counted after all left", n)
 	}
 }
+
+// At most MaxWaiters wait at once; one more is told so at once.
+func TestMaxWaiters(t *testing.T) {
+	r := newRig(t)
+	r.svc.opts.MaxWaiters = 1
+	r.create(t, "db", 1, 10*time.Second)
+	if _, err := r.svc.Lease(t.Context(), Request{Name: "db"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _, _ = r.svc.Lease(ctx, Request{Name: "db", Block: true}) }()
+	for r.svc.waiters.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := r.svc.Lease(t.Context(), Request{Name: "db", MaxWait: time.Second})
+	if err == nil || err.Error() != "too many waiting clients (max_waiters is 1); try again later" {
+		t.Fatalf("a second waiter of max 1: %v", err)
+	}
+	// A lease that does not wait is not a waiter.
+	if got, err := r.svc.Lease(t.Context(), Request{Name: "db"}); err != nil || got.Granted {
+		t.Fatalf("no-wait lease: %+v %v, want denied", got, err)
+	}
+}
