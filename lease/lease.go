@@ -107,7 +107,6 @@ func (e *OverLimitError) Error() string {
 	return fmt.Sprintf("%d permits is more than the limit of '%s' (%d at once); a lease can never get them", e.Permits, e.Name, e.Limit)
 }
 
-
 // sub is one sub-limiter of a concurrency limiter, as one call sees it.
 type sub struct {
 	name  string
