@@ -96,6 +96,9 @@ func (h *handlers) setRate(ctx context.Context, _ Caller, args []string) (any, e
 		return nil, fmt.Errorf("algorithm '%s' is not supported yet", r.Config.Algo)
 	}
 	changed, err := h.l.SetRate(ctx, r.Name, r.Config, r.SetRateOptions)
+	if changed {
+		h.changed(ctx, r.Name, r.Config.Shards)
+	}
 	return boolInt(changed), err
 }
 
@@ -219,12 +222,20 @@ func (h *handlers) release(ctx context.Context, c Caller, args []string) (any, e
 }
 
 func (h *handlers) reset(ctx context.Context, _ Caller, args []string) (any, error) {
+	shards := h.shards(ctx, args[1])
 	ok, err := h.l.Reset(ctx, args[1])
+	if ok {
+		h.changed(ctx, args[1], shards)
+	}
 	return boolInt(ok), err
 }
 
 func (h *handlers) del(ctx context.Context, _ Caller, args []string) (any, error) {
+	shards := h.shards(ctx, args[1])
 	ok, err := h.l.Del(ctx, args[1])
+	if ok {
+		h.changed(ctx, args[1], shards)
+	}
 	return boolInt(ok), err
 }
 

@@ -24,6 +24,9 @@ const (
 func extremeConfigs() []limiter.Config {
 	var out []limiter.Config
 	for _, algo := range limiter.Algos {
+		if algo == limiter.Concurrency {
+			continue // no acquire: TestConcurrencyExtremes
+		}
 		for _, rate := range []int64{1, 7, limiter.MaxRate} {
 			for _, interval := range []time.Duration{time.Millisecond, 1001 * time.Millisecond, limiter.MaxInterval} {
 				bursts := []int64{rate}
@@ -150,5 +153,33 @@ func TestConfigCheck(t *testing.T) {
 	}
 	if math.MaxInt64/int64(time.Millisecond) < int64(limiter.MaxRefill/time.Millisecond) {
 		t.Error("MaxRefill does not fit int64 ms")
+	}
+}
+
+// A semaphore at the corners of what RL.SETRATE accepts (limit 1e9,
+// lease TTLs from 1 ms to 366 days) answers cleanly: a lease of the whole
+// limit, a renewal to the longest TTL, a return.
+func TestConcurrencyExtremes(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	for _, limit := range []int64{1, limiter.MaxRate} {
+		for _, ttl := range []time.Duration{time.Millisecond, limiter.MaxInterval} {
+			c := concurrency(limit, ttl)
+			c.TTL = maxTTL
+			s := sem{r.create(t, fmt.Sprintf("cx-%d-%v", limit, ttl), c)}
+			rep, id := s.lease(limit, limiter.MaxInterval, "") // held past any test
+			if rep.Granted != 1 || rep.Free != 0 {
+				t.Fatalf("limit %d ttl %v: lease of all: %+v", limit, ttl, rep)
+			}
+			if denied, _ := s.lease(1, 0, ""); denied.Granted != 0 || denied.RetryAfterUs < 0 || denied.RetryAfterUs > limiter.MaxInterval.Microseconds() {
+				t.Errorf("limit %d ttl %v: lease past the limit: %+v", limit, ttl, denied)
+			}
+			if !s.renew(id, limiter.MaxInterval) {
+				t.Errorf("limit %d ttl %v: renew to %v failed", limit, ttl, limiter.MaxInterval)
+			}
+			if !s.give(id) || s.free() != limit {
+				t.Errorf("limit %d ttl %v: after return, free %d", limit, ttl, s.free())
+			}
+		}
 	}
 }

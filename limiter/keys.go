@@ -38,6 +38,7 @@ var stateSuffixes = map[Algo][]string{
 	SlidingWindow: {"s"},
 	FixedWindow:   {"s"},
 	LeakyBucket:   {"s"},
+	Concurrency:   {"z", "q", "d", "n"}, // leases, waiters' queue, tickets' deadlines, permits held
 }
 
 // Script returns the KEYS of an algorithm's script for one sub-limiter:

@@ -28,7 +28,7 @@ const (
 )
 
 // Algos lists every algorithm name in the contract, in documentation order.
-var Algos = []Algo{TokenBucket, SlidingLog, SlidingWindow, FixedWindow, LeakyBucket}
+var Algos = []Algo{TokenBucket, SlidingLog, SlidingWindow, FixedWindow, LeakyBucket, Concurrency}
 
 // Mode says who shares a limiter's budget.
 type Mode string

@@ -62,6 +62,9 @@ func NewScripts() *Scripts {
 		s.acquire[algo] = redis.NewScript(prelude + oneLimit + body + epilogue)
 		s.multi[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("multi.lua") + epilogue)
 	}
+	// The semaphore has ops of its own (no epilogue); it answers peek as
+	// the others do, so RL.AVAILABLE reads it the same way.
+	s.acquire[Concurrency] = redis.NewScript(prelude + lua("concurrency.lua"))
 	return s
 }
 

@@ -145,7 +145,7 @@ const (
 // sends it to the full path (unknown config, over capacity, node down).
 func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, int) {
 	e, err := l.config(ctx, r.Name, false)
-	if err != nil || r.Permits > e.Capacity() || e.script == nil {
+	if err != nil || r.Permits > e.Capacity() || e.script == nil || e.Algo == limiter.Concurrency {
 		return firstTry{}, Outcome{}, fullPath
 	}
 	l.keepAlive(ctx, r.Name, e)
@@ -251,6 +251,9 @@ func (l *Limiters) acquire(ctx context.Context, r Request) (limiter.Result, int,
 		}
 		if e.script == nil {
 			return limiter.Result{}, 0, fmt.Errorf("algorithm '%s' is not supported yet", e.Algo)
+		}
+		if e.Algo == limiter.Concurrency {
+			return limiter.Result{}, 0, limiter.ErrLeaseOnly{Name: r.Name}
 		}
 		if c := e.Capacity(); r.Permits > c {
 			if attempt == 0 {

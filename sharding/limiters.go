@@ -199,6 +199,9 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 			return 0, err
 		}
 		script := l.scripts.For(st.Config)
+		if st.Algo == limiter.Concurrency && op == limiter.OpRelease {
+			return 0, limiter.ErrLeaseOnly{Name: r.Name}
+		}
 		if script == nil {
 			return 0, fmt.Errorf("algorithm '%s' is not supported yet", st.Algo)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
+	"github.com/rlproxy/rlproxy/lease"
 	"github.com/rlproxy/rlproxy/limiter"
 	"github.com/rlproxy/rlproxy/server"
 	"github.com/rlproxy/rlproxy/sharding"
@@ -25,6 +26,7 @@ const Version = "0.1.0"
 // Proxy is a running rlproxy.
 type Proxy struct {
 	pool    *backend.Pool
+	leases  *lease.Service
 	server  *server.Server
 	metrics *metrics
 	done    chan error
@@ -58,23 +60,26 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		DenyCache:      cfg.DenyCache,
 		MaxWaiters:     cfg.MaxWaiters,
 	})
+	leases := lease.New(limiters, scripts, lease.Options{KeyPrefix: cfg.KeyPrefix, MaxWaiters: cfg.MaxWaiters})
 	o := frontDoor(cfg)
 	o.Version, o.Log, o.Poller = Version, log, poller
 	o.Info = []server.InfoSection{
 		{Name: "Backends", Lines: pool.Info},
 		{Name: "Limiters", Lines: limiters.Info},
+		{Name: "Leases", Lines: leases.Info},
 		{Name: "BusyPoll", Lines: func() []string { return busyPollInfo(cfg.BusyPoll, poller) }},
 	}
 	srv := server.New(o, commands.Limiters(limiters, commands.Options{
 		DefaultShards: cfg.DefaultShards,
 		ShardRate:     cfg.ShardRate,
 		MaxAutoShards: cfg.MaxAutoShards,
-	}))
+		Changed:       leases.Changed,
+	}), commands.Leases(leases))
 	if err := srv.Listen(); err != nil {
 		pool.Close()
 		return nil, err
 	}
-	p := &Proxy{pool: pool, server: srv, cfg: cfg, done: make(chan error, 1)}
+	p := &Proxy{pool: pool, leases: leases, server: srv, cfg: cfg, done: make(chan error, 1)}
 	if cfg.MetricsListen != "" {
 		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, limiters, poller, srv); err != nil {
 			srv.Close()
@@ -122,6 +127,7 @@ func (p *Proxy) Close() error {
 	err := p.server.Close()
 	<-p.done
 	p.metrics.close()
+	p.leases.Close()
 	p.pool.Close()
 	return err
 }

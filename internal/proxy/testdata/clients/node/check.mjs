@@ -136,6 +136,34 @@ const checks = {
     const replies = await Promise.all(Array.from({ length: 25 }, () => c.call("RL.ACQUIRE", k("burst"))));
     assert.equal(replies.filter((r) => r[0] === 1).length, 10);
   },
+  "leases: a worker pool leases, renews, returns; a waiter is woken": async () => {
+    assert.equal(await c.call("RL.SETRATE", k("db"), 2, "10s", "ALGO", "concurrency"), 1);
+    const held = [];
+    for (let i = 0; i < 2; i++) {
+      const [granted, , retryAfter, id] = await c.call("RL.LEASE", k("db"), "TTL", "5s");
+      assert.deepEqual([granted, retryAfter, typeof id], [1, 0, "string"]);
+      held.push(String(id));
+    }
+    const [granted, , retryAfter, id] = await c.call("RL.LEASE", k("db"));
+    assert.equal(granted, 0);
+    assert.ok(retryAfter > 4000 && retryAfter <= 5000, `retry_after ${retryAfter}`);
+    assert.equal(String(id), "");
+    assert.equal(await c.call("RL.RENEW", k("db"), held[0], "TTL", "10s"), 1);
+    const other = await client(`${lib}-worker`);
+    try {
+      const waiting = other.call("RL.LEASE", k("db"), "TIMEOUT", "3s");
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(await c.call("RL.RETURN", k("db"), held[1]), 1);
+      const [woke, , , wokeId] = await waiting;
+      assert.equal(woke, 1);
+      assert.equal(await other.call("RL.RETURN", k("db"), String(wokeId)), 1);
+    } finally {
+      await other.close();
+    }
+    assert.equal(await c.call("RL.RETURN", k("db"), held[0]), 1);
+    assert.equal(await c.call("RL.AVAILABLE", k("db")), 2);
+    assert.match((await rejects(c.call("RL.ACQUIRE", k("db")))).message, /RL\.LEASE/);
+  },
 };
 
 let failed = 0;
