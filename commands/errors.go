@@ -1,12 +1,16 @@
 package commands
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
 
 // Errors of argument parsing are worded like Redis's own; the server adds
 // the "ERR " prefix to errors that do not start with an upper-case code.
+
+// ErrSyntax: a word where none is expected (GCRA's options).
+var ErrSyntax = errors.New("syntax error")
 
 // ArityError: a command got the wrong number of arguments.
 func ArityError(name string) error {

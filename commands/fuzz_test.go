@@ -19,6 +19,17 @@ var setRateSeeds = []string{
 	"k 10 1000",
 	"k 1 1",
 	"k 1000000000 366d",
+	"k 1 366d BURST 1000000000",
+	"k 10 1s LIMIT 1000 1d",
+	"k 10 1s LIMIT 1000 1d LIMIT 50 1m ALGO sliding-log SHARDS 4",
+	"k 10 1s LIMIT 1000 1d ALGO leaky-bucket",
+	"k 10 1s LIMIT 3 1d SHARDS 4",
+	"k 10 1s LIMIT 1000",
+	"k 10 1s LIMIT 0 1d",
+	"k 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s",
+	"k 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s LIMIT 1 1s",
+	"k 1 1d BURST 36500",
+	"k 1 1d BURST 36501 ALGO leaky-bucket",
 	"k 1000000001 1s",
 	"k 99999999999999999999 1s",
 	"k -99999999999999999999 1s",
@@ -136,6 +147,16 @@ func checkSetRate(t *testing.T, args []string, o Options, r SetRate) {
 	if c.TTL < 0 || c.TTL > maxTTL || c.TTL%time.Millisecond != 0 || (c.TTL > 0 && c.TTL < time.Millisecond) {
 		fail("ttl")
 	}
+	if c.Check() != nil {
+		fail("refill time")
+	}
+	for i, l := range c.Limits {
+		used := i < len(c.Limits.List())
+		if used && (l.Rate < 1 || l.Rate > limiter.MaxRate || l.Rate < int64(c.Shards) || l.Interval < time.Millisecond ||
+			l.Interval > limiter.MaxInterval || l.Interval%time.Millisecond != 0 || !c.Algo.MultiLimit()) || (!used && l != limiter.Limit{}) {
+			fail("limits")
+		}
+	}
 	if c.Mode != limiter.Overall && c.Mode != limiter.PerClient {
 		fail("mode")
 	}
@@ -159,6 +180,9 @@ func checkSetRate(t *testing.T, args []string, o Options, r SetRate) {
 	}
 	if c.TTL > 0 {
 		again = append(again, "TTL", strconv.FormatInt(c.TTL.Milliseconds(), 10)+"ms")
+	}
+	for _, l := range c.Limits.List() {
+		again = append(again, "limit", strconv.FormatInt(l.Rate, 10), strconv.FormatInt(l.Interval.Milliseconds(), 10))
 	}
 	if r.NX {
 		again = append(again, "NX")

@@ -8,7 +8,7 @@ import (
 	"github.com/rlproxy/rlproxy/ratelimit"
 )
 
-// Limiters returns the RL.* commands and CL.THROTTLE, served by l.
+// Limiters returns the RL.* commands, CL.THROTTLE and GCRA, served by l.
 func Limiters(l *ratelimit.Limiters, o Options) []Command {
 	h := &handlers{l: l, o: o}
 	key := Arg{Name: "key", Type: "key"}
@@ -17,6 +17,8 @@ func Limiters(l *ratelimit.Limiters, o Options) []Command {
 			Name: "RL.SETRATE", Arity: -4, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
 			Summary: "Creates a rate limiter or changes its rate. Returns 1 when the stored config was created or changed, 0 when it was left as it was.",
 			Args: []Arg{key, {Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"},
+				{Name: "limit", Type: "block", Token: "LIMIT", Optional: true, Multiple: true, Args: []Arg{
+					{Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"}}},
 				{Name: "algo", Type: "oneof", Token: "ALGO", Optional: true, Args: algoTokens()},
 				{Name: "burst", Type: "integer", Token: "BURST", Optional: true},
 				{Name: "shards", Type: "string", Token: "SHARDS", Optional: true},
@@ -66,6 +68,9 @@ func Limiters(l *ratelimit.Limiters, o Options) []Command {
 			Args:    []Arg{key}, Handler: h.del,
 		},
 		Throttle(l),
+		RLThrottle(l),
+		Charge(l),
+		GCRACommand(l),
 	}
 }
 
@@ -88,6 +93,9 @@ func (h *handlers) setRate(ctx context.Context, _ Caller, args []string) (any, e
 		return nil, err
 	}
 	changed, err := h.l.SetRate(ctx, r.Name, r.Config, r.SetRateOptions)
+	if changed {
+		h.changed(ctx, r.Name, r.Config.Shards)
+	}
 	return boolInt(changed), err
 }
 
@@ -173,7 +181,7 @@ func (h *handlers) getRate(ctx context.Context, _ Caller, args []string) (any, e
 	if err != nil || cfg == nil {
 		return nil, err
 	}
-	return Map{
+	m := Map{
 		"rate", cfg.Rate,
 		"interval_ms", cfg.Interval.Milliseconds(),
 		"algo", string(cfg.Algo),
@@ -181,7 +189,22 @@ func (h *handlers) getRate(ctx context.Context, _ Caller, args []string) (any, e
 		"shards", int64(cfg.Shards),
 		"mode", string(cfg.Mode),
 		"ttl_ms", cfg.TTL.Milliseconds(),
-	}, nil
+	}
+	if len(cfg.Limits.List()) > 0 {
+		m = append(m, "limits", limitPairs(cfg.Limits))
+	}
+	return m, nil
+}
+
+// limitPairs is RL.GETRATE's limits (only for a limiter that has them):
+// [rate, interval_ms] of each limit after the first (RL.SETRATE ... LIMIT
+// rate interval).
+func limitPairs(l limiter.Limits) []any {
+	out := []any{}
+	for _, x := range l.List() {
+		out = append(out, []any{x.Rate, x.Interval.Milliseconds()})
+	}
+	return out
 }
 
 func (h *handlers) release(ctx context.Context, c Caller, args []string) (any, error) {
@@ -193,12 +216,20 @@ func (h *handlers) release(ctx context.Context, c Caller, args []string) (any, e
 }
 
 func (h *handlers) reset(ctx context.Context, _ Caller, args []string) (any, error) {
+	shards := h.shards(ctx, args[1])
 	ok, err := h.l.Reset(ctx, args[1])
+	if ok {
+		h.changed(ctx, args[1], shards)
+	}
 	return boolInt(ok), err
 }
 
 func (h *handlers) del(ctx context.Context, _ Caller, args []string) (any, error) {
+	shards := h.shards(ctx, args[1])
 	ok, err := h.l.Del(ctx, args[1])
+	if ok {
+		h.changed(ctx, args[1], shards)
+	}
 	return boolInt(ok), err
 }
 

@@ -28,7 +28,7 @@ func checkErrText(t testing.TB, err error) {
 	}
 	first, _, _ := strings.Cut(msg, " ")
 	switch first {
-	case "BURST", "SHARDS", "MODE", "TTL", "TIMEOUT":
+	case "BURST", "SHARDS", "MODE", "TTL", "TIMEOUT", "LIMIT", "Missing": // "Missing TOKENS value" is Redis's GCRA wording
 	default:
 		if msg[0] < 'a' || msg[0] > 'z' {
 			t.Fatalf("error text must start in lower case or with an option name: %q", msg)
@@ -277,8 +277,8 @@ func TestParseSetRate(t *testing.T) {
 }
 
 func TestParseSetRateErrors(t *testing.T) {
-	const unknownOpt = " (expected ALGO, BURST, SHARDS, MODE, TTL, NX or KEEPSTATE)"
-	const algos = " (expected one of token-bucket, sliding-log, sliding-window, fixed-window, leaky-bucket)"
+	const unknownOpt = " (expected LIMIT, ALGO, BURST, SHARDS, MODE, TTL, NX or KEEPSTATE)"
+	const algos = " (expected one of token-bucket, sliding-log, sliding-window, fixed-window, leaky-bucket, concurrency)"
 	tests := []struct {
 		args []string
 		o    *Options

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -17,6 +18,10 @@ type Options struct {
 	MaxAutoShards int   // cap for SHARDS AUTO
 	// MaxShards is the largest SHARDS accepted (limiter.MaxShards when 0).
 	MaxShards int
+	// Changed, when set, is told of a limiter whose config or state was
+	// replaced (RL.SETRATE that changed it, RL.RESET, RL.DEL) and how many
+	// shards it had: the lease service wakes its waiters.
+	Changed func(ctx context.Context, name string, shards int)
 }
 
 // maxTTL bounds the TTL option (about ten years).
@@ -29,8 +34,9 @@ type SetRate struct {
 	ratelimit.SetRateOptions
 }
 
-// ParseSetRate parses RL.SETRATE key rate interval [ALGO name] [BURST n]
-// [SHARDS n|AUTO] [MODE OVERALL|PER_CLIENT] [TTL duration] [NX|KEEPSTATE].
+// ParseSetRate parses RL.SETRATE key rate interval [LIMIT rate interval]...
+// [ALGO name] [BURST n] [SHARDS n|AUTO] [MODE OVERALL|PER_CLIENT]
+// [TTL duration] [NX|KEEPSTATE].
 // args[0] is the command name.
 func ParseSetRate(args []string, o Options) (SetRate, error) {
 	if len(args) < 4 {
@@ -47,10 +53,29 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 	var burst int64
 	auto, shards, shardsGiven := false, int64(0), false
 	var seen [len(setRateOptions)]bool
+	limits := 0
 	for i := 4; i < len(args); i++ {
+		if upperIs(args[i], "LIMIT") {
+			if limits == len(r.Config.Limits) {
+				return SetRate{}, fmt.Errorf("syntax error: at most %d limits (LIMIT given %d times)", limiter.MaxLimits, limits+1)
+			}
+			if i+2 >= len(args) {
+				return SetRate{}, fmt.Errorf("syntax error: option LIMIT needs a rate and an interval")
+			}
+			l := &r.Config.Limits[limits]
+			if l.Rate, err = parseCount("LIMIT rate", args[i+1], limiter.MaxRate); err != nil {
+				return SetRate{}, err
+			}
+			if l.Interval, err = ParseDuration("LIMIT interval", args[i+2], limiter.MaxInterval); err != nil {
+				return SetRate{}, err
+			}
+			limits++
+			i += 2
+			continue
+		}
 		k := optionIndex(args[i])
 		if k < 0 {
-			return SetRate{}, fmt.Errorf("syntax error: unknown option %s (expected ALGO, BURST, SHARDS, MODE, TTL, NX or KEEPSTATE)", quote(args[i]))
+			return SetRate{}, fmt.Errorf("syntax error: unknown option %s (expected LIMIT, ALGO, BURST, SHARDS, MODE, TTL, NX or KEEPSTATE)", quote(args[i]))
 		}
 		opt := setRateOptions[k]
 		if seen[k] {
@@ -113,6 +138,9 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 		c.Burst = burst
 	}
 	smallest := min(c.Rate, c.Burst)
+	for _, l := range c.Limits.List() {
+		smallest = min(smallest, l.Rate)
+	}
 	switch {
 	case auto:
 		shards = min(o.autoShards(c.Rate, c.Interval), smallest)
@@ -123,6 +151,9 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 	c.Shards = int(shards)
 	if int64(c.Shards) > smallest {
 		return SetRate{}, fmt.Errorf("SHARDS %d is more than the limiter's %d permits: every sub-limiter needs at least one", c.Shards, smallest)
+	}
+	if err := c.Check(); err != nil {
+		return SetRate{}, err
 	}
 	return r, nil
 }

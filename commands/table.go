@@ -36,7 +36,7 @@ type BatchHandler func(ctx context.Context, c Caller, calls [][]string, reply fu
 // typing hints from these).
 type Arg struct {
 	Name     string
-	Type     string // key, integer, string, pure-token, oneof, block
+	Type     string // key, integer, double, string, pure-token, oneof, block
 	Token    string // the keyword before the value, e.g. "BURST"
 	Optional bool
 	Multiple bool

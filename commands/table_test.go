@@ -129,7 +129,7 @@ func TestDocs(t *testing.T) {
 func TestLimiterCommandsDocumented(t *testing.T) {
 	cmds := Limiters(nil, opts)
 	tab := NewTable(cmds)
-	for _, name := range []string{"RL.ACQUIRE", "RL.AVAILABLE", "RL.DEL", "RL.GETRATE", "RL.RELEASE", "RL.RESET", "RL.SETRATE"} {
+	for _, name := range []string{"RL.ACQUIRE", "RL.AVAILABLE", "RL.DEL", "RL.GETRATE", "RL.RELEASE", "RL.RESET", "RL.SETRATE", "CL.THROTTLE", "RL.THROTTLE", "GCRA"} {
 		if tab.Lookup(name) == nil {
 			t.Errorf("Limiters has no %s", name)
 		}
@@ -179,7 +179,7 @@ func checkArgs(t *testing.T, cmd string, args []Arg) {
 	t.Helper()
 	for _, a := range args {
 		switch a.Type {
-		case "key", "integer", "string":
+		case "key", "integer", "double", "string":
 			if len(a.Args) > 0 {
 				t.Errorf("%s %s: a %s has no sub-arguments", cmd, a.Name, a.Type)
 			}

@@ -25,6 +25,9 @@ func ParseThrottle(args []string) (ratelimit.ThrottleRequest, error) {
 		}
 		n[i] = v
 	}
+	if err := (limiter.Throttle{MaxBurst: n[0], Count: n[1], Period: float64(n[2]), Quantity: n[3]}).Check(); err != nil {
+		return ratelimit.ThrottleRequest{}, err
+	}
 	return ratelimit.ThrottleRequest{Key: args[1], MaxBurst: n[0], Count: n[1], Period: n[2], Quantity: n[3]}, nil
 }
 
@@ -36,12 +39,18 @@ var throttleArgs = [...]struct {
 }{{"max_burst", 0}, {"count", 1}, {"period", 1}, {"quantity", 0}}
 
 // Throttle returns the CL.THROTTLE command, served by l.
-func Throttle(l *ratelimit.Limiters) Command {
+func Throttle(l *ratelimit.Limiters) Command { return throttle("CL.THROTTLE", l) }
+
+// RLThrottle returns RL.THROTTLE, Valkey's proposed name for CL.THROTTLE:
+// the same arguments, reply and state.
+func RLThrottle(l *ratelimit.Limiters) Command { return throttle("RL.THROTTLE", l) }
+
+func throttle(name string, l *ratelimit.Limiters) Command {
 	integer := func(name string) Arg { return Arg{Name: name, Type: "integer"} }
 	q := integer("quantity")
 	q.Optional = true
 	return Command{
-		Name: "CL.THROTTLE", Arity: -5, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
+		Name: name, Arity: -5, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
 		Summary: "redis-cell's rate limiter (GCRA). Returns [limited, limit, remaining, retry_after_s, reset_after_s].",
 		Args:    []Arg{{Name: "key", Type: "key"}, integer("max_burst"), integer("count"), integer("period"), q},
 		Handler: func(ctx context.Context, _ Caller, args []string) (any, error) {
@@ -49,15 +58,7 @@ func Throttle(l *ratelimit.Limiters) Command {
 			if err != nil {
 				return nil, err
 			}
-			reply, err := l.Throttle(ctx, r)
-			if err != nil {
-				return nil, err
-			}
-			out := make([]any, len(reply))
-			for i, v := range reply {
-				out[i] = v
-			}
-			return out, nil
+			return gcraReply(l.Throttle(ctx, r))
 		},
 	}
 }

@@ -56,8 +56,51 @@ type Config struct {
 	BackendTLSKeyFile  string `mapstructure:"backend_tls_key_file"`
 
 	// (Optional) Password clients must send with AUTH before any other
-	// command. Empty disables authentication. Defaults to "".
+	// command: the password of the "default" user, who may run every
+	// command on every limiter. Empty (and no users) disables
+	// authentication. Defaults to "".
 	RequirePass string `mapstructure:"require_pass"`
+
+	// (Optional) Named users, Redis-ACL style: each authenticates with
+	// AUTH name password (or HELLO 3 AUTH name password) and may run the
+	// commands of its categories on the limiters its patterns match. Set in
+	// the config file only. Defaults to none.
+	Users []User `mapstructure:"users"`
+
+	// (Optional) Address accepting clients over TLS (as well as plain
+	// clients on listen). Needs tls_cert_file and tls_key_file. Empty: no
+	// TLS listener. Defaults to "".
+	TLSListen string `mapstructure:"tls_listen"`
+
+	// (Optional) PEM files of the certificate (with its chain) and key
+	// rlproxy presents on tls_listen. Reloaded on SIGHUP. Default to "".
+	TLSCertFile string `mapstructure:"tls_cert_file"`
+	TLSKeyFile  string `mapstructure:"tls_key_file"`
+
+	// (Optional) PEM file of the CAs that sign client certificates: when
+	// set, clients on tls_listen must present one (mutual TLS). Reloaded on
+	// SIGHUP. Defaults to "".
+	TLSClientCAFile string `mapstructure:"tls_client_ca_file"`
+
+	// (Optional) Most client connections at once; one more is answered
+	// "ERR max number of clients reached" and closed. Must be > 0.
+	// Defaults to 10000.
+	MaxClients int `mapstructure:"max_clients"`
+
+	// (Optional) Close a client connection idle this long (one waiting in
+	// RL.ACQUIRE is not idle). 0 means never. Must be >= 0. Defaults to 0.
+	Timeout time.Duration `mapstructure:"timeout"`
+
+	// (Optional) Largest command an authenticated client may send, in
+	// bytes as on the wire; a bigger one closes the connection with a
+	// protocol error before the rest is read. (Before AUTH the limits are
+	// Redis's: 10 arguments of at most 16 KiB.) 16384..536870912.
+	// Defaults to 1048576 (1 MiB).
+	MaxRequestBytes int64 `mapstructure:"max_request_bytes"`
+
+	// (Optional) Longest limiter name and client name (CLIENT SETNAME), in
+	// bytes. 1..65536. Defaults to 512.
+	MaxNameLength int `mapstructure:"max_name_length"`
 
 	// (Optional) Prefix of every key rlproxy writes on the backends. Must not
 	// contain '{' or '}', which would break the hash tags rlproxy adds.
@@ -139,6 +182,15 @@ func Default() Config {
 		Backends:        nil,
 		Cluster:         nil,
 		RequirePass:     "",
+		Users:           nil,
+		TLSListen:       "",
+		TLSCertFile:     "",
+		TLSKeyFile:      "",
+		TLSClientCAFile: "",
+		MaxClients:      10000,
+		Timeout:         0,
+		MaxRequestBytes: 1 << 20,
+		MaxNameLength:   512,
 		KeyPrefix:       "rl:",
 		DefaultShards:   1,
 		ShardRate:       50000,
@@ -187,10 +239,12 @@ func (c Config) Validate() error {
 	if c.MetricsListen != "" {
 		if err := checkAddr(c.MetricsListen); err != nil {
 			bad("metrics_listen must be empty or a host:port address (got %q): %v", c.MetricsListen, err)
-		} else if c.MetricsListen == c.Listen {
+		} else if c.MetricsListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") { // ":0": two free ports
 			bad("metrics_listen must differ from listen (both %q)", c.Listen)
 		}
 	}
+
+	errs = append(errs, c.checkFrontDoor()...)
 
 	if len(c.Backends) > 0 && len(c.Cluster) > 0 {
 		bad("backends and cluster are mutually exclusive: set one of them (or neither, for the embedded in-memory backend)")

@@ -106,6 +106,9 @@ func TestEveryKeyHasAFlag(t *testing.T) {
 			t.Fatal("Config field without mapstructure tag")
 		}
 		name := flagName(key)
+		if isFileOnly(key) {
+			continue
+		}
 		if fs.Lookup(name) == nil {
 			t.Errorf("key %s has no flag --%s", key, name)
 		}
@@ -436,6 +439,9 @@ func TestHelp(t *testing.T) {
 		}
 		usage := out.String()
 		for _, key := range keys() {
+			if isFileOnly(key) {
+				continue
+			}
 			if !strings.Contains(usage, "--"+flagName(key)+" ") {
 				t.Errorf("usage lacks --%s:\n%s", flagName(key), usage)
 			}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 )
@@ -66,6 +67,9 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	v.SetEnvPrefix(envPrefix)
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
 	for _, key := range keys() {
+		if isFileOnly(key) {
+			continue
+		}
 		if err := v.BindEnv(key); err != nil {
 			return Config{}, fmt.Errorf("config: binding %s: %w", key, err)
 		}
@@ -91,6 +95,9 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	}
 	c.Backends = cleanList(c.Backends)
 	c.Cluster = cleanList(c.Cluster)
+	if len(c.Users) == 0 {
+		c.Users = nil // "users: []" equals an absent key
+	}
 
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -127,7 +134,8 @@ func decode(v *viper.Viper) (Config, error) {
 		if !v.IsSet(key) {
 			continue
 		}
-		err := v.UnmarshalKey(key, fields.Field(i).Addr().Interface(), viper.DecodeHook(decodeHook))
+		err := v.UnmarshalKey(key, fields.Field(i).Addr().Interface(), viper.DecodeHook(decodeHook),
+			func(dc *mapstructure.DecoderConfig) { dc.ErrorUnused = true }) // a typo inside a user entry
 		if err != nil {
 			// Drop mapstructure's "'<name>' " prefix, empty for UnmarshalKey.
 			var de interface{ Unwrap() error }
@@ -216,7 +224,15 @@ func newFlagSet() *pflag.FlagSet {
 	fs.String(flagName("backend_tls_ca_file"), d.BackendTLSCAFile, "PEM `file` of the CAs that sign rediss:// backends' certificates (empty: the system's roots)")
 	fs.String(flagName("backend_tls_cert_file"), d.BackendTLSCertFile, "PEM `file` of the client certificate for rediss:// backends that require one")
 	fs.String(flagName("backend_tls_key_file"), d.BackendTLSKeyFile, "PEM `file` of that certificate's key")
-	fs.String(flagName("require_pass"), d.RequirePass, "`password` clients must send with AUTH (empty: no authentication)")
+	fs.String(flagName("require_pass"), d.RequirePass, "`password` of the default user, who may run everything: clients send it with AUTH (empty: no authentication unless users are set in the config file)")
+	fs.String(flagName("tls_listen"), d.TLSListen, "`address` accepting clients over TLS (plain clients stay on --listen; needs --tls-cert-file and --tls-key-file)")
+	fs.String(flagName("tls_cert_file"), d.TLSCertFile, "PEM `file` of the certificate (and chain) served on --tls-listen; reloaded on SIGHUP")
+	fs.String(flagName("tls_key_file"), d.TLSKeyFile, "PEM `file` of that certificate's key; reloaded on SIGHUP")
+	fs.String(flagName("tls_client_ca_file"), d.TLSClientCAFile, "PEM `file` of the CAs of client certificates: when set, TLS clients must present one (mutual TLS)")
+	fs.Int(flagName("max_clients"), d.MaxClients, "most client connections at once; one more is answered an error and closed (> 0)")
+	fs.Duration(flagName("timeout"), d.Timeout, "close a client connection idle this long (not one waiting in RL.ACQUIRE; 0 = never)")
+	fs.Int64(flagName("max_request_bytes"), d.MaxRequestBytes, "largest command an authenticated client may send, in bytes (16384..536870912)")
+	fs.Int(flagName("max_name_length"), d.MaxNameLength, "longest limiter name and client name, in bytes (1..65536)")
 	fs.String(flagName("key_prefix"), d.KeyPrefix, "prefix of every key written on the backends; must not contain '{' or '}'")
 	fs.Int(flagName("default_shards"), d.DefaultShards, "shards of a limiter whose RL.SETRATE has no SHARDS option (1..1024)")
 	fs.Int64(flagName("shard_rate"), d.ShardRate, "permits/s per shard that SHARDS AUTO sizes limiters for (> 0)")

@@ -38,20 +38,34 @@ var stateSuffixes = map[Algo][]string{
 	SlidingWindow: {"s"},
 	FixedWindow:   {"s"},
 	LeakyBucket:   {"s"},
+	Concurrency:   {"z", "q", "d", "n"}, // leases, waiters' queue, tickets' deadlines, permits held
 }
 
 // Script returns the KEYS of an algorithm's script for one sub-limiter:
 // its config key, then its state keys for this epoch (and client, in
 // PER_CLIENT mode; client is "" otherwise).
 func (k Keys) Script(algo Algo, name string, shard int, epoch, client string) []string {
+	return k.ScriptLimits(algo, name, shard, epoch, client, 1)
+}
+
+// ScriptLimits returns the KEYS of the script of a limiter with limits
+// limits (Config.LimitList): the config key, the first limit's state keys
+// as Script names them, then each further limit's, suffixed with its
+// number from 2 ("<epoch>:s:2").
+func (k Keys) ScriptLimits(algo Algo, name string, shard int, epoch, client string, limits int) []string {
 	tag := k.tag(name, shard)
 	keys := []string{tag + ":c"}
-	for _, s := range stateSuffixes[algo] {
-		key := tag + ":" + epoch + ":" + s
-		if client != "" {
-			key += ":" + client
+	for i := 1; i <= max(1, limits); i++ {
+		for _, s := range stateSuffixes[algo] {
+			key := tag + ":" + epoch + ":" + s
+			if i > 1 {
+				key += ":" + strconv.Itoa(i)
+			}
+			if client != "" {
+				key += ":" + client
+			}
+			keys = append(keys, key)
 		}
-		keys = append(keys, key)
 	}
 	return keys
 }

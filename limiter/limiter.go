@@ -11,6 +11,7 @@ package limiter
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -27,7 +28,7 @@ const (
 )
 
 // Algos lists every algorithm name in the contract, in documentation order.
-var Algos = []Algo{TokenBucket, SlidingLog, SlidingWindow, FixedWindow, LeakyBucket}
+var Algos = []Algo{TokenBucket, SlidingLog, SlidingWindow, FixedWindow, LeakyBucket, Concurrency}
 
 // Mode says who shares a limiter's budget.
 type Mode string
@@ -56,6 +57,42 @@ type Config struct {
 	Shards   int           // number of sub-limiters
 	Mode     Mode
 	TTL      time.Duration // delete after this long unused; 0 = never
+	// Shadow: a dry run (RL.SETRATE ... SHADOW). The limiter decides and
+	// keeps state as usual, but callers grant every request (see
+	// Result.Shadowed).
+	Shadow bool
+	// Limits are the limits after the first (Rate per Interval), all
+	// decided together: a request is granted only when every one has room
+	// (RL.SETRATE ... LIMIT rate interval). Entries with Rate 0 are unused;
+	// the used ones come first. Not for leaky-bucket.
+	Limits Limits
+}
+
+// MaxLimits is the most limits one limiter may have (the first included).
+const MaxLimits = 8
+
+// Limit is one limit of a multi-limit limiter: Rate permits per Interval.
+type Limit struct {
+	Rate     int64
+	Interval time.Duration // whole milliseconds
+}
+
+// Limits are a limiter's limits after the first, in an array so that a
+// Config stays comparable with ==.
+type Limits [MaxLimits - 1]Limit
+
+// List returns the used limits, in order.
+func (l Limits) List() []Limit {
+	n := 0
+	for n < len(l) && l[n].Rate > 0 {
+		n++
+	}
+	return l[:n:n]
+}
+
+// LimitList returns every limit of c, the first (Rate per Interval) included.
+func (c Config) LimitList() []Limit {
+	return append([]Limit{{c.Rate, c.Interval}}, c.Limits.List()...)
 }
 
 // HasBurst reports whether the algorithm has a capacity apart from its rate.
@@ -66,12 +103,18 @@ type Sub struct {
 	Shard int
 	Rate  int64
 	Burst int64
+	// Limits are its share of each of the config's Limits, in order (split
+	// over shards like Rate, so each limit's shares sum to its rate).
+	Limits [MaxLimits - 1]int64
 }
 
 // fields lists the stored config of one sub-limiter (all but the epoch),
 // in a fixed order so that equal configs compare equal field by field.
+// Optional fields (shadow) are written only when set, so a config stored
+// before they existed compares equal to the same config now; setconf.lua
+// compares them whether given or not.
 func (c Config) fields(sub Sub) []any {
-	return []any{
+	f := []any{
 		"algo", string(c.Algo),
 		"rate", strconv.FormatInt(c.Rate, 10),
 		"interval_ms", strconv.FormatInt(c.Interval.Milliseconds(), 10),
@@ -83,6 +126,19 @@ func (c Config) fields(sub Sub) []any {
 		"sub_rate", strconv.FormatInt(sub.Rate, 10),
 		"sub_burst", strconv.FormatInt(sub.Burst, 10),
 	}
+	if c.Shadow {
+		f = append(f, "shadow", "1")
+	}
+	if extra := c.Limits.List(); len(extra) > 0 {
+		all, mine := make([]string, len(extra)), make([]string, len(extra))
+		for i, l := range extra {
+			ms := strconv.FormatInt(l.Interval.Milliseconds(), 10)
+			all[i] = strconv.FormatInt(l.Rate, 10) + ":" + ms
+			mine[i] = strconv.FormatInt(sub.Limits[i], 10) + ":" + ms
+		}
+		f = append(f, "limits", strings.Join(all, ","), "sub_limits", strings.Join(mine, ","))
+	}
+	return f
 }
 
 // Stored is a config as read back from a backend, with its epoch: the
@@ -115,6 +171,19 @@ func ParseStored(h map[string]string) (Stored, error) {
 	s.Burst = num("burst")
 	s.Shards = int(num("shards"))
 	s.TTL = time.Duration(num("ttl_ms")) * time.Millisecond
+	s.Shadow = h["shadow"] == "1"
+	if v := h["limits"]; v != "" && err == nil {
+		for i, pair := range strings.Split(v, ",") {
+			r, iv, ok := strings.Cut(pair, ":")
+			rate, e1 := strconv.ParseInt(r, 10, 64)
+			ms, e2 := strconv.ParseInt(iv, 10, 64)
+			if !ok || e1 != nil || e2 != nil || rate <= 0 || ms <= 0 || i >= len(s.Limits) {
+				err = fmt.Errorf("stored limiter config: bad field \"limits\": %q", v)
+				break
+			}
+			s.Limits[i] = Limit{Rate: rate, Interval: time.Duration(ms) * time.Millisecond}
+		}
+	}
 	if err != nil {
 		return Stored{}, err
 	}
@@ -150,6 +219,9 @@ func (c Config) Capacity() int64 {
 	capacity := c.Rate
 	if c.Algo.HasBurst() {
 		capacity = c.Burst
+	}
+	for _, l := range c.Limits.List() {
+		capacity = min(capacity, l.Rate)
 	}
 	if c.Shards > 1 {
 		capacity /= int64(c.Shards)

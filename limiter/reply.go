@@ -27,6 +27,23 @@ type Result struct {
 	// callers that remember denials.
 	RetryAfterUs int64
 	ResetAfterMs int64 // until the sub-limiter is full again
+	// ShadowDenied: a SHADOW limiter denied the request and Shadowed
+	// granted it anyway; RetryAfterMs > 0 is when the denial would end.
+	ShadowDenied bool
+}
+
+// Shadowed is what a SHADOW limiter answers for the decision r: a denial
+// becomes a grant that keeps the denial's figures (remaining,
+// retry_after > 0, reset_after) and is marked ShadowDenied, for counting.
+// The script left state as the denial leaves it; a grant (reservations
+// included) and a request over capacity (an error) are left as they are.
+// Callers ask a SHADOW limiter with MaxWait 0: a dry run never delays.
+func (r Result) Shadowed() Result {
+	if r.Granted || r.OverCapacity {
+		return r
+	}
+	r.Granted, r.ShadowDenied = true, true
+	return r
 }
 
 // Reply is a decoded limiter script reply.
@@ -44,6 +61,9 @@ const (
 	OpAcquire Op = "acquire"
 	OpPeek    Op = "peek"
 	OpRelease Op = "release"
+	// OpCharge takes permits after the fact (RL.CHARGE), even past zero:
+	// the debt is paid back before later acquires are granted.
+	OpCharge Op = "charge"
 )
 
 // Ask is one acquire request inside a script call.
@@ -82,6 +102,15 @@ func runEnd(asks []Ask, i int) int {
 	return j
 }
 
+// ChargeArgs builds the ARGV of a charge call taking permits. Its reply
+// decodes with DecodeReply(v, OpCharge, []Ask{{Permits: permits}}) into
+// one Result: Granted always, Remaining below zero by the debt,
+// RetryAfterMs 0, ResetAfterMs until the debt and every grant are paid
+// back.
+func ChargeArgs(epoch string, permits int64) []any {
+	return Args(OpCharge, epoch, permits)
+}
+
 // Args builds the ARGV of a peek (no permits) or release call.
 func Args(op Op, epoch string, permits ...int64) []any {
 	args := []any{string(op), epoch}
@@ -112,7 +141,7 @@ func DecodeReply(v any, op Op, asks []Ask) (Reply, error) {
 		return r, nil
 	}
 	rest := arr[2:]
-	if op != OpAcquire {
+	if op != OpAcquire && op != OpCharge {
 		if len(rest) != 1 {
 			return Reply{}, fmt.Errorf("limiter script: %s reply has %d values, want 1", op, len(rest))
 		}

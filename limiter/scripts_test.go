@@ -79,14 +79,25 @@ func (r *rig) open(t *testing.T, name string, algo limiter.Algo, epoch string) *
 
 // lim calls the script of shard 0 of one limiter the way sharding does.
 type lim struct {
-	t     *testing.T
-	r     *rig
-	name  string
-	algo  limiter.Algo
-	epoch string
+	t      *testing.T
+	r      *rig
+	name   string
+	algo   limiter.Algo
+	epoch  string
+	limits int           // of a multi-limit limiter; 0 is 1
+	script *redis.Script // nil: the algorithm's one-limit script
 }
 
-func (l *lim) keys() []string { return l.r.keys.Script(l.algo, l.name, 0, l.epoch, "") }
+func (l *lim) run() *redis.Script {
+	if l.script != nil {
+		return l.script
+	}
+	return l.r.scripts.Limiter(l.algo)
+}
+
+func (l *lim) keys() []string {
+	return l.r.keys.ScriptLimits(l.algo, l.name, 0, l.epoch, "", l.limits)
+}
 
 // state returns the names of the state keys (all KEYS but the config).
 func (l *lim) state() []string { return l.keys()[1:] }
@@ -95,7 +106,7 @@ func (l *lim) state() []string { return l.keys()[1:] }
 // asks are the acquire requests args carry (nil for peek and release).
 func (l *lim) call(op limiter.Op, asks []limiter.Ask, args []any) limiter.Reply {
 	l.t.Helper()
-	v, err := l.r.scripts.Limiter(l.algo).Run(l.t.Context(), l.r.rdb, l.keys(), args...).Result()
+	v, err := l.run().Run(l.t.Context(), l.r.rdb, l.keys(), args...).Result()
 	if err != nil {
 		l.t.Fatalf("%s %s %v: %v", l.algo, op, args, err)
 	}

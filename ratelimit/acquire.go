@@ -138,7 +138,7 @@ const (
 // sends it to the full path (unknown config, over capacity, node down).
 func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, int) {
 	e, err := l.config(ctx, r.Name, false)
-	if err != nil || r.Permits > e.Capacity() {
+	if err != nil || r.Permits > e.Capacity() || e.Algo == limiter.Concurrency {
 		return firstTry{}, Outcome{}, fullPath
 	}
 	l.keepAlive(ctx, r.Name, e)
@@ -239,6 +239,9 @@ func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (limiter
 		e, err := l.config(ctx, r.Name, attempt > 0)
 		if err != nil {
 			return limiter.Result{}, 0, err
+		}
+		if e.Algo == limiter.Concurrency {
+			return limiter.Result{}, 0, limiter.ErrLeaseOnly{Name: r.Name}
 		}
 		if c := e.Capacity(); r.Permits > c {
 			if attempt == 0 {

@@ -35,7 +35,7 @@ type route struct {
 }
 
 func (l *Limiters) newEntry(name string, st limiter.Stored) *entry {
-	e := &entry{Stored: st, name: name, script: l.scripts.Limiter(st.Algo), nodes: l.nodes(name, st.Shards)}
+	e := &entry{Stored: st, name: name, script: l.scripts.For(st.Config), nodes: l.nodes(name, st.Shards)}
 	if st.Mode != limiter.PerClient {
 		e.shared = make([]route, st.Shards)
 		for shard := range e.shared {
@@ -55,7 +55,7 @@ func (l *Limiters) route(e *entry, shard int, client string) route {
 
 func (l *Limiters) newRoute(e *entry, shard int, client string) route {
 	node := e.nodes[shard]
-	keys := l.keys.Script(e.Algo, e.name, shard, e.Epoch, client)
+	keys := l.keys.ScriptLimits(e.Algo, e.name, shard, e.Epoch, client, len(e.LimitList()))
 	script, epoch := e.script, e.Epoch
 	return route{
 		shard:    shard,

@@ -208,10 +208,13 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 			return 0, err
 		}
 		script := st.script
+		if st.Algo == limiter.Concurrency && op == limiter.OpRelease {
+			return 0, limiter.ErrLeaseOnly{Name: r.Name}
+		}
 		var total int64
 		changed := false
 		for shard := 0; shard < st.Shards && !changed; shard++ {
-			keys := l.keys.Script(st.Algo, r.Name, shard, st.Epoch, clientKey(&st.Stored, r.Client))
+			keys := l.keys.ScriptLimits(st.Algo, r.Name, shard, st.Epoch, clientKey(&st.Stored, r.Client), len(st.LimitList()))
 			v, err := st.nodes[shard].Eval(ctx, script, keys, limiter.Args(op, st.Epoch, permits(shard, st)...)...)
 			if err != nil {
 				return 0, err
@@ -268,7 +271,7 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 			return false, err
 		}
 		// The shared budget's old state goes now; per-client state expires.
-		old := l.keys.Script(st.Algo, name, shard, st.Epoch, "")[1:]
+		old := l.keys.ScriptLimits(st.Algo, name, shard, st.Epoch, "", len(st.LimitList()))[1:]
 		if _, err := st.nodes[shard].Del(ctx, old...); err != nil {
 			return false, err
 		}
@@ -287,7 +290,7 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 	// Shard 0 last: while it exists the limiter exists, so a failure part
 	// way leaves something RL.DEL can be called on again.
 	for shard := st.Shards - 1; shard >= 0; shard-- {
-		keys := l.keys.Script(st.Algo, name, shard, st.Epoch, "")
+		keys := l.keys.ScriptLimits(st.Algo, name, shard, st.Epoch, "", len(st.LimitList()))
 		if _, err := st.nodes[shard].Del(ctx, keys...); err != nil {
 			return false, err
 		}

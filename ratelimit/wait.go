@@ -48,6 +48,9 @@ func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Dura
 	if err != nil {
 		return limiter.Result{}, err
 	}
+	if st.Algo == limiter.Concurrency {
+		return limiter.Result{}, limiter.ErrLeaseOnly{Name: r.Name}
+	}
 	if st.Algo.Reserves() {
 		return l.reserve(ctx, r, st, deadline)
 	}

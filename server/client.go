@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -26,14 +27,19 @@ type client struct {
 	lastAt  time.Time
 	lastCmd [2]string // the latest command's first two words, for CLIENT INFO cmd=
 	authed  bool
+	user    atomic.Pointer[user] // who it runs as; nil before AUTH
 	quit    bool
-	buf     []byte           // replies of the pipeline being answered
-	cmds    []redcon.Command // the pipeline being answered, reused
-	calls   [][]string       // its arguments, reused
-	pending sync.WaitGroup   // a reply on its way by itself (a lone batch call, handle)
-	ctx     context.Context
-	cancel  context.CancelFunc
-	conn    net.Conn
+	// inflight counts requests answered by themselves (a lone batch
+	// call): a client waiting for one is not idle (timeout).
+	inflight atomic.Int32
+	tracking string           // CLIENT TRACKING: "" (off), "on", "optin" or "optout"
+	buf      []byte           // replies of the pipeline being answered
+	cmds     []redcon.Command // the pipeline being answered, reused
+	calls    [][]string       // its arguments, reused
+	pending  sync.WaitGroup   // a reply on its way by itself (a lone batch call, handle)
+	ctx      context.Context
+	cancel   context.CancelFunc
+	conn     net.Conn
 }
 
 func (c *client) Name() string { return c.name }
@@ -74,13 +80,16 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		created: now,
 		lastAt:  now,
 		proto:   2,
-		authed:  s.opts.RequirePass == "",
 		ctx:     ctx,
 		cancel:  cancel,
 		conn:    conn.NetConn(),
 	}
+	if !s.access.Load().required {
+		c.login(everyone)
+	}
 	if g, ok := c.conn.(*guardedConn); ok {
 		g.beforeError = c.pending.Wait // a reply on its way goes first
+		g.client = c
 	}
 	conn.SetContext(c)
 	s.stats.connections.Add(1)

@@ -61,8 +61,13 @@ func (s *Server) connectionCommands() []commands.Command {
 				return s.describe(c) + "\n", nil
 			})},
 			{Name: "LIST", Arity: -2, Summary: "Describes every connection.", Handler: conn(s.clientList)},
-			{Name: "NO-EVICT", Arity: 3, Summary: "Accepted for compatibility.", Handler: conn(okHandler)},
-			{Name: "NO-TOUCH", Arity: 3, Summary: "Accepted for compatibility.", Handler: conn(okHandler)},
+			{Name: "NO-EVICT", Arity: 3, Summary: "Accepted (ON|OFF) for compatibility: rlproxy evicts no client.", Handler: conn(onOff)},
+			{Name: "NO-TOUCH", Arity: 3, Summary: "Accepted (ON|OFF) for compatibility: rlproxy has no key access times.", Handler: conn(onOff)},
+			{Name: "TRACKING", Arity: -3, Summary: "Accepted (ON|OFF [REDIRECT id] [PREFIX p]... [BCAST] [OPTIN] [OPTOUT] [NOLOOP]): rlproxy has no cacheable reads, so no invalidation ever comes.",
+				Handler: conn(s.clientTracking)},
+			{Name: "CACHING", Arity: 3, Summary: "Accepted (YES|NO) in OPTIN/OPTOUT tracking mode.", Handler: conn(s.clientCaching)},
+			{Name: "GETREDIR", Arity: 2, Summary: "Returns -1 (tracking off) or 0 (on, no redirection).", Handler: conn(s.clientGetRedir)},
+			{Name: "TRACKINGINFO", Arity: 2, Summary: "Describes the connection's tracking mode.", Handler: conn(s.clientTrackingInfo)},
 			{Name: "HELP", Arity: 2, Summary: "Lists the subcommands.", Handler: conn(s.help("CLIENT"))},
 		}},
 		{Name: "COMMAND", Arity: -1, Group: "server", Summary: "Describes the commands rlproxy answers.",
@@ -107,6 +112,9 @@ func (s *Server) quit(c *client, _ []string) (any, error) {
 	return commands.OK, nil
 }
 
+// hello answers HELLO [protover [AUTH user pass] [SETNAME name]]. It is
+// all or nothing: every option is checked (and the password) before
+// anything of the connection changes.
 func (s *Server) hello(c *client, args []string) (any, error) {
 	proto := c.proto
 	if len(args) > 1 {
@@ -120,21 +128,25 @@ func (s *Server) hello(c *client, args []string) (any, error) {
 		proto = v
 	}
 	name, named := "", false
+	var auth []string
 	for i := 2; i < len(args); i++ {
 		switch {
 		case strings.EqualFold(args[i], "AUTH") && i+2 < len(args):
-			if _, err := s.auth(c, []string{"AUTH", args[i+1], args[i+2]}); err != nil {
-				return nil, err
-			}
+			auth = args[i+1 : i+3]
 			i += 2
 		case strings.EqualFold(args[i], "SETNAME") && i+1 < len(args):
-			if err := validName(args[i+1]); err != nil {
+			if err := s.validName(args[i+1]); err != nil {
 				return nil, err
 			}
 			name, named = args[i+1], true
 			i++
 		default:
 			return nil, fmt.Errorf("syntax error in HELLO option '%s'", quoteArg(args[i]))
+		}
+	}
+	if auth != nil {
+		if err := s.authenticate(c, auth[0], auth[1], true); err != nil {
+			return nil, err
 		}
 	}
 	if !c.authed {
@@ -158,24 +170,13 @@ func (s *Server) hello(c *client, args []string) (any, error) {
 }
 
 func (s *Server) auth(c *client, args []string) (any, error) {
-	user, pass := "default", args[len(args)-1]
-	if len(args) == 3 {
-		user = args[1]
-	} else if len(args) != 2 {
-		return nil, fmt.Errorf("syntax error")
+	switch len(args) {
+	case 2:
+		return commands.OK, s.authenticate(c, "default", args[1], false)
+	case 3:
+		return commands.OK, s.authenticate(c, args[1], args[2], true)
 	}
-	if s.opts.RequirePass == "" {
-		if len(args) == 2 {
-			return nil, fmt.Errorf("AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
-		}
-		c.authed = true
-		return commands.OK, nil
-	}
-	if user != "default" || !checkPassword(s.opts.RequirePass, pass) {
-		return nil, fmt.Errorf("WRONGPASS invalid username-password pair or user is disabled.")
-	}
-	c.authed = true
-	return commands.OK, nil
+	return nil, fmt.Errorf("syntax error")
 }
 
 func (s *Server) selectDB(_ *client, args []string) (any, error) {
@@ -192,13 +193,22 @@ func (s *Server) selectDB(_ *client, args []string) (any, error) {
 func (s *Server) reset(c *client, _ []string) (any, error) {
 	c.mu.Lock()
 	c.proto, c.name = 2, "" // the library stays: it is still the one behind the connection (as in Redis)
+	c.tracking = ""
 	c.mu.Unlock()
-	c.authed = s.opts.RequirePass == ""
+	c.authed = false
+	c.user.Store(nil)
+	if !s.access.Load().required {
+		c.login(everyone)
+	}
 	return commands.Status("RESET"), nil
 }
 
-// validName applies Redis's rule for connection names.
-func validName(name string) error {
+// validName applies Redis's rule for connection names, and
+// max_name_length (a name is part of a PER_CLIENT limiter's keys).
+func (s *Server) validName(name string) error {
+	if max := s.limits().MaxNameLength; len(name) > max {
+		return fmt.Errorf("client name is longer than %d bytes", max)
+	}
 	for _, r := range name {
 		if r < '!' || r > '~' {
 			return fmt.Errorf("Client names cannot contain spaces, newlines or special characters.")
@@ -208,7 +218,7 @@ func validName(name string) error {
 }
 
 func (s *Server) clientSetName(c *client, args []string) (any, error) {
-	if err := validName(args[2]); err != nil {
+	if err := s.validName(args[2]); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -222,7 +232,10 @@ func (s *Server) clientSetInfo(c *client, args []string) (any, error) {
 	if attr != "lib-name" && attr != "lib-ver" {
 		return nil, fmt.Errorf("Unrecognized option '%s'", quoteArg(args[2]))
 	}
-	if validName(value) != nil {
+	if max := s.limits().MaxNameLength; len(value) > max {
+		return nil, fmt.Errorf("%s is longer than %d bytes", attr, max)
+	}
+	if s.validName(value) != nil {
 		return nil, fmt.Errorf("%s cannot contain spaces, newlines or special characters.", attr)
 	}
 	c.mu.Lock()
@@ -266,9 +279,9 @@ func (s *Server) describe(c *client) string {
 	}
 	now := time.Now()
 	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 "+
-		"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s",
+		"qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s",
 		c.id, c.addr, c.laddr, c.name, int(now.Sub(c.created).Seconds()), int(now.Sub(c.lastAt).Seconds()),
-		cmd, c.proto, c.libName, c.libVer)
+		cmd, c.userName(), c.proto, c.libName, c.libVer)
 }
 
 // clientList answers CLIENT LIST [TYPE type] [ID id ...], in id order
@@ -356,8 +369,10 @@ func (s *Server) commandInfo(_ *client, args []string) (any, error) {
 
 func (s *Server) commandDocs(_ *client, args []string) (any, error) {
 	out := commands.Map{}
+	seen := map[*commands.Command]bool{} // a map's keys are unique: a repeated name adds nothing
 	for _, cmd := range s.selected(args) {
-		if cmd != nil {
+		if cmd != nil && !seen[cmd] {
+			seen[cmd] = true
 			out = append(out, strings.ToLower(cmd.Name), cmd.Docs())
 		}
 	}

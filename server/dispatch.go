@@ -38,12 +38,14 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	if len(calls) == 1 {
 		if cmd := s.batchable(c, calls[0]); cmd != nil {
 			c.pending.Add(1)
+			c.inflight.Add(1)
 			s.callBatch(c, cmd, calls, func(_ int, v any) {
 				// c.buf is free: handle waits for this reply before using it.
 				c.buf = appendReply(c.buf[:0], v, c.proto)
 				// A write error means the client is gone: its reader sees it too.
 				c.conn.Write(c.buf) //nolint:errcheck
 				s.opts.Poller.End()
+				c.inflight.Add(-1)
 				c.pending.Done()
 			})
 			return // its reply ends the request when it goes out
@@ -72,7 +74,7 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		}
 		i = j
 	}
-	conn.WriteRaw(c.buf)
+	s.writeReplies(conn, c)
 	if c.quit {
 		conn.Close()
 	}
@@ -103,7 +105,7 @@ func argStrings(args [][]byte) []string {
 // its error.
 func (s *Server) batchable(c *client, args []string) *commands.Command {
 	cmd := s.table.Lookup(args[0])
-	if cmd == nil || cmd.Batch == nil || !c.authed || !cmd.ArityOK(len(args)) {
+	if cmd == nil || cmd.Batch == nil || !c.authed || !cmd.ArityOK(len(args)) || s.permit(c, cmd, nil, args) != nil {
 		return nil
 	}
 	return cmd
@@ -164,14 +166,19 @@ func (s *Server) call(c *client, args []string) (reply any) {
 	if !cmd.ArityOK(len(args)) {
 		return commands.ArityError(args[0])
 	}
+	var sub *commands.Command
 	if len(cmd.Sub) > 0 && (len(args) > 1 || cmd.Handler == nil) {
-		sub := cmd.SubCommand(args[1])
-		if sub == nil {
+		if sub = cmd.SubCommand(args[1]); sub == nil {
 			return fmt.Errorf("unknown subcommand '%s'. Try %s HELP.", quoteArg(args[1]), strings.ToUpper(args[0]))
 		}
 		if !sub.ArityOK(len(args)) {
 			return commands.ArityError(strings.ToLower(args[0]) + "|" + strings.ToLower(args[1]))
 		}
+	}
+	if err := s.permit(c, cmd, sub, args); err != nil {
+		return err
+	}
+	if sub != nil {
 		cmd = sub
 	}
 	v, err := cmd.Handler(c.ctx, c, args)

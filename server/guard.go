@@ -1,12 +1,14 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"sync/atomic"
 	"syscall"
-
-	"github.com/rlproxy/rlproxy/internal/busypoll"
+	"time"
 )
 
 // Limits on what a client may send, as Redis's own: a command of at most
@@ -21,39 +23,55 @@ const (
 // errBadFrame ends a connection that broke the RESP framing.
 var errBadFrame = errors.New("protocol error")
 
-// guardListener checks every client's byte stream before redcon parses
-// it. redcon trusts the lengths in RESP headers: "$9223372036854775807"
+// guardedConn checks a client's byte stream before redcon parses it.
+// redcon trusts the lengths in RESP headers: "$9223372036854775807"
 // overflows its index arithmetic and panics (in its own goroutine, so the
 // whole process dies), "*99999999999" spins one core for minutes, and
 // endless bytes without a newline grow its buffer without bound.
-type guardListener struct {
-	net.Listener
-	poller *busypoll.Poller
-}
-
-func (l guardListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	// A client connection polls only while no request is in progress.
-	return &guardedConn{Conn: l.poller.Wrap(c, 0)}, nil
-}
-
-// guardedConn passes a client's bytes through while following the RESP
-// framing. At the first byte that breaks it, Read returns what came
-// before; the next Read writes a Redis-worded protocol error to the
-// client and fails, so redcon closes the connection. redcon never sees
-// a complete bad header.
+//
+// So the guard passes a client's bytes through while following the RESP
+// framing and the request limits: before AUTH (when a password is
+// required) Redis's 10 arguments of 16 KiB, after it max_request_bytes.
+// A header over a limit is refused as soon as it is read, so the body it
+// announces is never read. At the first byte that breaks the framing or
+// a limit, Read returns what came before; the next Read writes a
+// Redis-worded protocol error to the client and fails, so redcon closes
+// the connection. redcon never sees a complete bad header.
+//
+// Before AUTH, Read hands redcon one command at a time (holding back the
+// rest), so that a pipelined "AUTH pw" followed by a big command is
+// judged as Redis judges it: the big command after the AUTH is done.
 type guardedConn struct {
 	net.Conn
+	srv    *Server
+	client *client // set by Server.accept before the first Read
+
 	st   frameState
 	n    int64 // the header number being read; inline: the line's length
 	args int64 // arguments left in the current command
 	body int64 // bytes left of the current argument, with its CRLF
-	err  error // a protocol error to report at the next Read
+	size int64 // bytes of the current command so far (RESP commands)
+	// The current command's first word, when it is one of 5 bytes (a
+	// RESET ends the authentication the next command is judged by).
+	count, word1 int64
+	word         [5]byte
+	big          bool  // this connection sent a big request (memory to give back)
+	err          error // a protocol error to report at the next Read
+
+	held    []byte // bytes read but not yet handed to redcon (before AUTH)
+	heldErr error  // the read error that came with them
+
+	deadline   bool // a read deadline (timeout) is set
+	handshaken bool // TLS only
+	closed     atomic.Bool
 	// beforeError, when set, runs before the error is written.
 	beforeError func()
+}
+
+// frameLimits are the limits a Read applies, fixed for its bytes.
+type frameLimits struct {
+	preAuth    bool  // not authenticated and authentication is required
+	maxRequest int64 // bytes of one RESP command
 }
 
 type frameState int
@@ -76,33 +94,148 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		}
 		// Best effort: the connection is closed right after.
 		_, _ = c.Conn.Write([]byte("-ERR Protocol error: " + c.err.Error() + "\r\n"))
+		c.linger()
 		return 0, fmt.Errorf("%w: %w", errBadFrame, c.err)
 	}
-	n, err := c.Conn.Read(p)
-	if ok := c.scan(p[:n]); ok < n {
+	fromHeld := len(c.held) > 0
+	if !fromHeld && c.heldErr != nil {
+		err := c.heldErr
+		c.heldErr = nil
+		return 0, err
+	}
+	var n int
+	var err error
+	if fromHeld {
+		n = copy(p, c.held)
+	} else if n, err = c.read(p); n == 0 {
+		return 0, err
+	}
+	ok := c.scan(p[:n], c.limits())
+	switch {
+	case c.err != nil:
+		c.held = nil
 		if ok == 0 {
 			return c.Read(p) // reports c.err
 		}
 		return ok, nil
+	case fromHeld:
+		if c.held = c.held[ok:]; len(c.held) == 0 {
+			c.held = nil
+		}
+	case ok < n: // stopped after a whole command, before AUTH
+		c.held, c.heldErr, err = append([]byte(nil), p[ok:n]...), err, nil
 	}
-	return n, err
+	return ok, err
+}
+
+// Lingering close: after a protocol error the connection is closed for
+// writing and what the client still sends is read and dropped for a
+// moment (never kept), so that the kernel does not answer it with a
+// reset that can destroy the error line before the client reads it.
+const (
+	lingerFor   = 250 * time.Millisecond
+	lingerBytes = 256 * 1024
+)
+
+func (c *guardedConn) linger() {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = c.Conn.SetReadDeadline(time.Now().Add(lingerFor))
+	var buf [4096]byte
+	for dropped := 0; dropped < lingerBytes; {
+		n, err := c.Conn.Read(buf[:])
+		if err != nil {
+			return
+		}
+		dropped += n
+	}
+}
+
+// limits returns the limits of the client's next bytes.
+func (c *guardedConn) limits() frameLimits {
+	l := frameLimits{maxRequest: c.srv.limits().MaxRequestBytes}
+	l.preAuth = c.client != nil && !c.client.authed && c.srv.access.Load().required
+	return l
+}
+
+// read reads from the connection, closing it after the idle timeout
+// unless the client has a request in progress (one waiting in RL.ACQUIRE
+// is not idle), and bounding a TLS handshake.
+func (c *guardedConn) read(p []byte) (int, error) {
+	if tc, ok := c.Conn.(*tls.Conn); ok && !c.handshaken {
+		_ = tc.SetDeadline(time.Now().Add(tlsHandshakeTimeout))
+		if err := tc.Handshake(); err != nil {
+			return 0, err
+		}
+		_ = tc.SetDeadline(time.Time{})
+		c.handshaken = true
+	}
+	idleSince := time.Now()
+	for {
+		timeout := c.srv.limits().Timeout
+		if timeout > 0 {
+			_ = c.Conn.SetReadDeadline(idleSince.Add(timeout))
+			c.deadline = true
+		} else if c.deadline {
+			_ = c.Conn.SetReadDeadline(time.Time{})
+			c.deadline = false
+		}
+		n, err := c.Conn.Read(p)
+		if n > 0 || !c.deadline || !isTimeout(err) {
+			return n, err
+		}
+		switch timeout = c.srv.limits().Timeout; {
+		case c.client != nil && c.client.inflight.Load() > 0:
+			idleSince = time.Now() // waiting for a reply is not idling
+		case timeout == 0 || time.Since(idleSince) < timeout:
+			// The timeout was turned off or raised (Reload) meanwhile.
+		default:
+			return n, err
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Close closes the connection once, giving back its max_clients slot and,
+// when it sent a big request, the memory that held it.
+func (c *guardedConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.srv.clientCount.Add(-1)
+		if c.big {
+			c.srv.memory.soon()
+		}
+	}
+	return c.Conn.Close()
 }
 
 // scan follows the framing through b and returns how many bytes of it
-// are good (all of b, or up to the first bad byte, with c.err set).
-func (c *guardedConn) scan(b []byte) int {
+// are good: all of b; or up to the first bad byte, with c.err set; or,
+// before AUTH, up to the end of the first whole command in b.
+func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 	for i := 0; i < len(b); i++ {
 		ch := b[i]
+		c.size++
 		switch c.st {
 		case stStart:
 			if ch == '*' {
-				c.st, c.n = stCount, -1
+				c.st, c.n, c.size = stCount, -1, 1
 			} else if ch != '\n' {
 				c.st, c.n = stInline, 1
 			}
 		case stInline:
 			if ch == '\n' {
 				c.st = stStart
+				// Inline commands (typed by hand) are handed over one by
+				// one: one may be a RESET.
+				if i+1 < len(b) {
+					return i + 1
+				}
 			} else if c.n++; c.n > maxInline {
 				return c.fail(i, "too big inline request")
 			}
@@ -114,7 +247,12 @@ func (c *guardedConn) scan(b []byte) int {
 			switch {
 			case ch >= '0' && ch <= '9':
 				c.n = max(c.n, 0)*10 + int64(ch-'0')
-				if (c.st == stCount && c.n > maxArgs) || c.n > maxBulk {
+				switch {
+				case lim.preAuth && c.st == stCount && c.n > preAuthArgs:
+					return c.fail(i, "unauthenticated multibulk length")
+				case lim.preAuth && c.st == stSize && c.n > preAuthBulk:
+					return c.fail(i, "unauthenticated bulk length")
+				case (c.st == stCount && c.n > maxArgs) || c.n > maxBulk:
 					return c.fail(i, what)
 				}
 			case ch == '\r' && c.st == stCount && c.n > 0:
@@ -128,7 +266,11 @@ func (c *guardedConn) scan(b []byte) int {
 			if ch != '\n' {
 				return c.fail(i, "invalid multibulk length")
 			}
-			c.st, c.args = stBulk, c.n
+			// Each argument takes at least "$0\r\n\r\n".
+			if c.size+6*c.n > lim.maxRequest {
+				return c.fail(i, c.tooBig(lim))
+			}
+			c.st, c.args, c.count = stBulk, c.n, c.n
 		case stBulk:
 			if ch != '$' {
 				return c.fail(i, fmt.Sprintf("expected '$', got %q", ch))
@@ -138,14 +280,36 @@ func (c *guardedConn) scan(b []byte) int {
 			if ch != '\n' {
 				return c.fail(i, "invalid bulk length")
 			}
+			if c.size+c.n+2+6*(c.args-1) > lim.maxRequest {
+				return c.fail(i, c.tooBig(lim))
+			}
 			c.st, c.body = stBody, c.n+2
+			if c.args == c.count {
+				c.word1 = c.n
+			}
 		case stBody:
 			skip := min(c.body, int64(len(b)-i))
+			if c.args == c.count && c.word1 == int64(len(c.word)) {
+				at := len(c.word) + 2 - int(c.body) // where b[i] is in the word and its CRLF
+				for k := 0; k < int(skip) && at+k < len(c.word); k++ {
+					c.word[at+k] = b[i+k]
+				}
+			}
 			c.body -= skip
+			c.size += skip - 1
 			i += int(skip) - 1
 			if c.body == 0 {
 				if c.args--; c.args == 0 {
 					c.st = stStart
+					if c.size >= bigRequest {
+						c.big = true
+						c.srv.memory.soon()
+					}
+					// Before AUTH, and after a RESET, the next command is
+					// judged once this one has run.
+					if (lim.preAuth || c.isReset()) && i+1 < len(b) {
+						return i + 1
+					}
 				} else {
 					c.st = stBulk
 				}
@@ -153,6 +317,15 @@ func (c *guardedConn) scan(b []byte) int {
 		}
 	}
 	return len(b)
+}
+
+// isReset reports whether the command just read is a RESET.
+func (c *guardedConn) isReset() bool {
+	return c.count == 1 && c.word1 == int64(len(c.word)) && strings.EqualFold(string(c.word[:]), "RESET")
+}
+
+func (c *guardedConn) tooBig(lim frameLimits) string {
+	return fmt.Sprintf("request is larger than max_request_bytes (%d bytes)", lim.maxRequest)
 }
 
 // Write skips empty writes: redcon flushes after every read, also when
@@ -169,10 +342,15 @@ func (c *guardedConn) fail(at int, msg string) int {
 	return at
 }
 
-// SyscallConn exposes the client's socket, so that a waiting client's
-// disconnect can be noticed without reading from it (watch_linux.go).
+// SyscallConn exposes the client's socket (under TLS too), so that a
+// waiting client's disconnect can be noticed without reading from it
+// (watch_linux.go).
 func (c *guardedConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.Conn.(syscall.Conn)
+	inner := c.Conn
+	if tc, ok := inner.(*tls.Conn); ok {
+		inner = tc.NetConn()
+	}
+	sc, ok := inner.(syscall.Conn)
 	if !ok {
 		return nil, errors.New("not a socket")
 	}

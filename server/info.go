@@ -14,16 +14,41 @@ func (s *Server) info(_ *client, args []string) (any, error) {
 	sections := []InfoSection{
 		{Name: "Server", Lines: s.serverInfo},
 		{Name: "Clients", Lines: func() []string {
-			return []string{fmt.Sprintf("connected_clients:%d", s.connectedClients())}
+			return []string{
+				fmt.Sprintf("connected_clients:%d", s.connectedClients()),
+				fmt.Sprintf("maxclients:%d", s.limits().MaxClients),
+			}
 		}},
 		{Name: "Persistence", Lines: func() []string { return []string{"loading:0"} }},
 		{Name: "Stats", Lines: func() []string {
 			return []string{
 				fmt.Sprintf("total_connections_received:%d", s.stats.connections.Load()),
 				fmt.Sprintf("total_commands_processed:%d", s.stats.commands.Load()),
+				fmt.Sprintf("rejected_connections:%d", s.stats.rejected.Load()),
+				fmt.Sprintf("accept_errors_out_of_fds:%d", s.stats.acceptErrors.Load()),
+				fmt.Sprintf("auth_failures:%d", s.AuthFailures()),
 				fmt.Sprintf("recovered_panics:%d", s.stats.panics.Load()),
 			}
 		}},
+		// A primary without replicas, as clients that look for the primary
+		// read it (role:master).
+		{Name: "Replication", Lines: func() []string {
+			return []string{
+				"role:master",
+				"connected_slaves:0",
+				"master_failover_state:no-failover",
+				"master_replid:" + s.replID,
+				"master_replid2:0000000000000000000000000000000000000000",
+				"master_repl_offset:0",
+				"second_repl_offset:-1",
+				"repl_backlog_active:0",
+				"repl_backlog_size:0",
+				"repl_backlog_first_byte_offset:0",
+				"repl_backlog_histlen:0",
+			}
+		}},
+		{Name: "Cluster", Lines: func() []string { return []string{"cluster_enabled:0"} }},
+		{Name: "Keyspace", Lines: func() []string { return nil }},
 	}
 	sections = append(sections, s.opts.Info...)
 	want := map[string]bool{}

@@ -13,7 +13,8 @@
 package server
 
 import (
-	"crypto/subtle"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/rlproxy/rlproxy/commands"
+	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
 	"github.com/tidwall/redcon"
 )
@@ -30,8 +32,17 @@ import (
 type Options struct {
 	// Listen is the address to accept clients on (e.g. 127.0.0.1:6380).
 	Listen string
-	// RequirePass, when set, is the password clients must AUTH with.
+	// RequirePass, when set, is the password of the "default" user
+	// (admin), which clients send with AUTH.
 	RequirePass string
+	// Users are the named users (users.go). With any user or RequirePass
+	// set, clients must authenticate.
+	Users []config.User
+	// TLS configures the listener for clients over TLS (none when its
+	// Listen is empty).
+	TLS TLSOptions
+	// Limits bound connections and requests (DefaultLimits when zero).
+	Limits Limits
 	// Version is rlproxy's version, shown by INFO.
 	Version string
 	// Log receives connection errors and recovered panics.
@@ -55,10 +66,25 @@ type InfoSection struct {
 type Server struct {
 	opts    Options
 	table   *commands.Table
+	own     map[string]bool // the server's own commands (connection, introspection)
 	srv     *redcon.Server
 	ln      net.Listener
+	tlsSrv  *redcon.Server // nil without TLS
+	tlsLn   net.Listener
 	started time.Time
 	stats   stats
+	initErr error  // of the options given to New
+	replID  string // INFO replication's master_replid: random, per process
+
+	// What Reload changes live (reload.go).
+	reloadMu    sync.Mutex
+	live        atomic.Pointer[Limits]
+	access      atomic.Pointer[access]
+	tls         atomic.Pointer[tls.Config]
+	clientCount atomic.Int64 // open client connections (max_clients)
+	fds         fdReserve
+	memory      memoryRelease
+	authFails   authFailures
 
 	nextID  atomic.Int64
 	mu      sync.Mutex
@@ -66,9 +92,11 @@ type Server struct {
 }
 
 type stats struct {
-	connections atomic.Int64 // accepted, ever
-	commands    atomic.Int64 // processed, ever
-	panics      atomic.Int64 // recovered
+	connections  atomic.Int64 // accepted, ever
+	commands     atomic.Int64 // processed, ever
+	panics       atomic.Int64 // recovered
+	rejected     atomic.Int64 // connections refused: max_clients
+	acceptErrors atomic.Int64 // accepts failed for want of file descriptors
 }
 
 // New builds a server answering the connection commands and the given
@@ -78,37 +106,76 @@ func New(o Options, cmds ...[]commands.Command) *Server {
 		o.Log = slog.Default()
 	}
 	s := &Server{opts: o, started: time.Now(), clients: map[int64]*client{}}
-	s.table = commands.NewTable(append([][]commands.Command{s.connectionCommands()}, cmds...)...)
+	own := append(s.connectionCommands(), s.handshakeCommands()...)
+	s.own = map[string]bool{}
+	for _, c := range own {
+		s.own[c.Name] = true
+	}
+	s.table = commands.NewTable(append([][]commands.Command{own}, cmds...)...)
+	s.initErr = s.apply(o) // reported by Listen
+	s.replID = randomID()
 	s.srv = redcon.NewServerNetwork("tcp", o.Listen, s.handle, s.accept, s.closed)
+	if o.TLS.Listen != "" {
+		s.tlsSrv = redcon.NewServerNetwork("tcp", o.TLS.Listen, s.handle, s.accept, s.closed)
+	}
 	return s
 }
 
-// Listen binds the listening address (so Addr is known before Serve).
+// Listen binds the listening addresses (so Addr is known before Serve).
 func (s *Server) Listen() error {
+	if s.initErr != nil {
+		return s.initErr
+	}
 	ln, err := net.Listen("tcp", s.opts.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.opts.Listen, err)
 	}
 	s.ln = ln
+	if s.tlsSrv != nil {
+		if s.tlsLn, err = net.Listen("tcp", s.opts.TLS.Listen); err != nil {
+			ln.Close()
+			return fmt.Errorf("tls_listen on %s: %w", s.opts.TLS.Listen, err)
+		}
+	}
+	s.fds.open()
 	return nil
 }
 
 // Addr is the bound address (after Listen).
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
+// TLSAddr is the bound address of the TLS listener ("" without TLS).
+func (s *Server) TLSAddr() string {
+	if s.tlsLn == nil {
+		return ""
+	}
+	return s.tlsLn.Addr().String()
+}
+
 // Serve accepts clients until Close. Every client's bytes pass a
 // framing check (guard.go) before redcon parses them.
-func (s *Server) Serve() error { return s.srv.Serve(guardListener{s.ln, s.opts.Poller}) }
+func (s *Server) Serve() error {
+	if s.tlsSrv == nil {
+		return s.srv.Serve(guardListener{Listener: s.ln, s: s})
+	}
+	tlsDone := make(chan error, 1)
+	go func() { tlsDone <- s.tlsSrv.Serve(guardListener{Listener: s.tlsLn, s: s, tls: s.listenerTLS()}) }()
+	err := s.srv.Serve(guardListener{Listener: s.ln, s: s})
+	s.tlsSrv.Close()
+	return errors.Join(err, <-tlsDone)
+}
 
 // Close stops accepting and closes every client connection. Called
-// before Serve, it closes the listener, so a later Serve returns at once.
+// before Serve, it closes the listeners, so a later Serve returns at once.
 func (s *Server) Close() error {
+	defer s.fds.close()
+	if s.tlsSrv != nil {
+		if err := s.tlsSrv.Close(); err != nil && s.tlsLn != nil {
+			s.tlsLn.Close()
+		}
+	}
 	if err := s.srv.Close(); err != nil && s.ln != nil {
 		return s.ln.Close() // redcon: "not serving" yet
 	}
 	return nil
-}
-
-func checkPassword(want, got string) bool {
-	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
 }

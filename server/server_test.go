@@ -563,7 +563,8 @@ func TestCommandIntrospection(t *testing.T) {
 	s := startServer(t, Options{}, nil)
 	c := dial(t, s)
 	// connection commands + the 8 test commands
-	names := []string{"auth", "client", "command", "config", "echo", "hello", "info", "ping", "quit", "reset", "select",
+	names := []string{"asking", "auth", "client", "cluster", "command", "config", "echo", "hello", "info", "ping", "quit",
+		"readonly", "readwrite", "reset", "role", "select",
 		"t.async", "t.echo", "t.err", "t.map", "t.name", "t.nil", "t.panic", "t.wait"}
 	if got := c.do("COMMAND", "COUNT"); got != fmt.Sprintf(":%d\r\n", len(names)) {
 		t.Errorf("COMMAND COUNT: %q, want %d", got, len(names))
@@ -645,7 +646,7 @@ func TestInfoAndConfig(t *testing.T) {
 		"server":      {"# Server"},
 		"PERSISTENCE": {"# Persistence"},
 		"limiters":    {"# Limiters"},
-		"all":         {"# Server", "# Clients", "# Persistence", "# Stats", "# Limiters"},
+		"all":         {"# Server", "# Clients", "# Persistence", "# Stats", "# Replication", "# Cluster", "# Keyspace", "# Limiters"},
 		"nosuch":      nil,
 	} {
 		got, err := rc.Info(ctx, section).Result()
@@ -1060,9 +1061,10 @@ func FuzzFrameGuard(f *testing.F) {
 	} {
 		f.Add([]byte(s), uint8(7))
 	}
+	srv := New(Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
 		in := &guardInput{r: &chunked{b: data, n: int(chunk%16) + 1}}
-		rd := redcon.NewReader(&guardedConn{Conn: in})
+		rd := redcon.NewReader(&guardedConn{Conn: in, srv: srv})
 		for {
 			cmds, err := rd.ReadCommands()
 			if err != nil {

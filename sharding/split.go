@@ -32,5 +32,11 @@ func Subs(c limiter.Config) []limiter.Sub {
 	for i := range subs {
 		subs[i] = limiter.Sub{Shard: i, Rate: rates[i], Burst: bursts[i]}
 	}
+	// Each further limit (RL.SETRATE ... LIMIT) is split the same way.
+	for j, l := range c.Limits.List() {
+		for i, r := range Split(l.Rate, c.Shards) {
+			subs[i].Limits[j] = r
+		}
+	}
 	return subs
 }

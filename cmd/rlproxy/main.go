@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/rlproxy/rlproxy/config"
@@ -56,9 +57,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rlproxy:", err)
 		return 2
 	}
-	log := newLogger(cfg, stderr)
+	level := new(slog.LevelVar)
+	log := newLogger(cfg, level, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	p, err := proxy.Start(ctx, cfg, log)
 	if err != nil {
@@ -69,20 +74,54 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !p.Embedded() { // the embedded backend has announced itself, once
 		attrs = append(attrs, "backends", describe(cfg))
 	}
+	if addr := p.TLSAddr(); addr != "" {
+		attrs = append(attrs, "tls_addr", addr)
+	}
 	log.Info("rlproxy listening", attrs...)
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-		p.Close()
-		return 0
-	case err := <-p.Done():
-		if err != nil {
-			fmt.Fprintln(stderr, "rlproxy:", err)
-			return 1
+	for {
+		select {
+		case <-hup:
+			cfg = reload(args, cfg, p, level, log)
+		case <-ctx.Done():
+			log.Info("shutting down")
+			p.Close()
+			return 0
+		case err := <-p.Done():
+			if err != nil {
+				fmt.Fprintln(stderr, "rlproxy:", err)
+				return 1
+			}
+			return 0
 		}
-		return 0
 	}
 }
+
+// reload re-reads the configuration (SIGHUP) the way it was first read —
+// the same --config file, environment and flags — and applies it: the
+// keys that can change live at once, the others logged as needing a
+// restart. A file that does not load or validate changes nothing and is
+// logged as one line. It returns the configuration in force.
+func reload(args []string, old config.Config, p *proxy.Proxy, level *slog.LevelVar, log *slog.Logger) config.Config {
+	cfg, err := config.Load(args, nil)
+	if err != nil {
+		log.Error("config reload failed: keeping the running config", "err", oneLine(err))
+		return old
+	}
+	needRestart, err := p.Reload(cfg)
+	if err != nil {
+		log.Error("config reload failed: keeping the running config", "err", oneLine(err))
+		return old
+	}
+	level.Set(logLevel(cfg.LogLevel))
+	log.Info("config reloaded", "changed", config.Changed(old, cfg))
+	if len(needRestart) > 0 {
+		log.Warn("config reload: these changed keys need a restart to take effect", "keys", needRestart)
+	}
+	return cfg
+}
+
+// oneLine joins the lines of a (joined) error.
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
 func describe(cfg config.Config) string {
 	switch {
@@ -94,12 +133,17 @@ func describe(cfg config.Config) string {
 	return "embedded in-memory"
 }
 
-func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
+func newLogger(cfg config.Config, level *slog.LevelVar, w io.Writer) *slog.Logger {
+	level.Set(logLevel(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func logLevel(name string) slog.Level {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(name)) // validated by config
+	return level
 }

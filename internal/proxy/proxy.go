@@ -7,11 +7,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
+	"github.com/rlproxy/rlproxy/lease"
 	"github.com/rlproxy/rlproxy/limiter"
 	"github.com/rlproxy/rlproxy/ratelimit"
 	"github.com/rlproxy/rlproxy/server"
@@ -23,9 +25,13 @@ const Version = "0.1.0"
 // Proxy is a running rlproxy.
 type Proxy struct {
 	pool    *backend.Pool
+	leases  *lease.Service
 	server  *server.Server
 	metrics *metrics
 	done    chan error
+
+	reloadMu sync.Mutex
+	cfg      config.Config // as started, then as last reloaded
 }
 
 // Start connects the backends and starts serving clients.
@@ -54,24 +60,23 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		DenyCacheSize:  cfg.DenyCacheSize,
 		MaxWaiters:     cfg.MaxWaiters,
 	})
-	stats := statTable(limiters, cfg.BusyPoll, poller)
-	srv := server.New(server.Options{
-		Listen:      cfg.Listen,
-		RequirePass: cfg.RequirePass,
-		Version:     Version,
-		Log:         log,
-		Poller:      poller,
-		Info:        append([]server.InfoSection{{Name: "Backends", Lines: pool.Info}}, infoSections(stats)...),
-	}, commands.Limiters(limiters, commands.Options{
+	leases := lease.New(limiters, scripts, lease.Options{KeyPrefix: cfg.KeyPrefix, MaxWaiters: cfg.MaxWaiters})
+	var srv *server.Server
+	stats := statTable(limiters, leases, &srv, cfg.BusyPoll, poller)
+	o := frontDoor(cfg)
+	o.Version, o.Log, o.Poller = Version, log, poller
+	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: pool.Info}}, infoSections(stats)...)
+	srv = server.New(o, commands.Limiters(limiters, commands.Options{
 		DefaultShards: cfg.DefaultShards,
 		ShardRate:     cfg.ShardRate,
 		MaxAutoShards: cfg.MaxAutoShards,
-	}))
+		Changed:       leases.Changed,
+	}), commands.Leases(leases))
 	if err := srv.Listen(); err != nil {
 		pool.Close()
 		return nil, err
 	}
-	p := &Proxy{pool: pool, server: srv, done: make(chan error, 1)}
+	p := &Proxy{pool: pool, leases: leases, server: srv, cfg: cfg, done: make(chan error, 1)}
 	if cfg.MetricsListen != "" {
 		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats); err != nil {
 			srv.Close()
@@ -112,6 +117,7 @@ func (p *Proxy) Close() error {
 	err := p.server.Close()
 	<-p.done
 	p.metrics.close()
+	p.leases.Close()
 	p.pool.Close()
 	return err
 }

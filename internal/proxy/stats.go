@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
+	"github.com/rlproxy/rlproxy/lease"
 	"github.com/rlproxy/rlproxy/ratelimit"
 	"github.com/rlproxy/rlproxy/server"
 )
@@ -13,7 +14,7 @@ import (
 // stat is one figure rlproxy reports, in one place for both outlets: its
 // INFO section and field, its Prometheus metric, and how to read it.
 type stat struct {
-	section string // INFO section ("Limiters", "BusyPoll")
+	section string // INFO section ("Limiters", "BusyPoll"; "": /metrics only)
 	field   string // INFO field
 	metric  string // Prometheus name after "rlproxy_" ("": INFO only)
 	help    string
@@ -21,10 +22,13 @@ type stat struct {
 	read    func() int64
 }
 
-// statTable is every figure of the Limiters and BusyPoll sections. The
-// Backends section and the per-node metrics read backend.Stats, one line
-// or one labelled set per node (pool.Info, startMetrics).
-func statTable(l *ratelimit.Limiters, budget time.Duration, p *busypoll.Poller) []stat {
+// statTable is every figure of the Limiters, Leases and BusyPoll
+// sections, and the server's counters that /metrics shows (INFO shows
+// them in the server's own Stats section). The Backends section and the
+// per-node metrics read backend.Stats, one line or one labelled set per
+// node (pool.Info, startMetrics). srv is read when a figure is, so it may
+// be set after the table is made.
+func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server, budget time.Duration, p *busypoll.Poller) []stat {
 	lim := func(f func(ratelimit.Stats) int64) func() int64 { return func() int64 { return f(l.Stats()) } }
 	if p == nil {
 		budget = 0
@@ -42,11 +46,15 @@ func statTable(l *ratelimit.Limiters, budget time.Duration, p *busypoll.Poller) 
 			lim(func(s ratelimit.Stats) int64 { return s.WaitingClients })},
 		{"Limiters", "deny_cache_entries", "deny_cache_entries", "Denials the deny cache holds now.", true,
 			lim(func(s ratelimit.Stats) int64 { return s.CachedDenials })},
+		{"Leases", "lease_waiting_clients", "lease_waiting_clients", "Clients waiting in RL.LEASE (TIMEOUT/BLOCK) now.", true,
+			leases.Waiting},
 		{"BusyPoll", "busy_poll_us", "", "", true, func() int64 { return budget.Microseconds() }},
 		{"BusyPoll", "busy_poll_reads", "busy_poll_reads_total", "Socket reads that polled before sleeping.", false,
 			func() int64 { polled, _ := p.Stats(); return polled }},
 		{"BusyPoll", "busy_poll_caught", "busy_poll_caught_total", "Polling reads whose data came while polling.", false,
 			func() int64 { _, caught := p.Stats(); return caught }},
+		{"", "auth_failures", "auth_failures_total", "AUTH and HELLO ... AUTH calls that failed.", false,
+			func() int64 { return (*srv).AuthFailures() }},
 	}
 }
 
@@ -54,7 +62,7 @@ func statTable(l *ratelimit.Limiters, budget time.Duration, p *busypoll.Poller) 
 func infoSections(table []stat) []server.InfoSection {
 	var out []server.InfoSection
 	for _, st := range table {
-		if len(out) == 0 || out[len(out)-1].Name != st.section {
+		if st.section != "" && (len(out) == 0 || out[len(out)-1].Name != st.section) {
 			out = append(out, server.InfoSection{Name: st.section})
 		}
 	}

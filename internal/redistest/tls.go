@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 )
 
@@ -88,4 +89,22 @@ func template(name string) *x509.Certificate {
 
 func writePEM(path, kind string, der []byte) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600)
+}
+
+// CA is a throwaway certificate authority's files, for servers other
+// than redis-server (rlproxy's TLS listener): the CA, a server
+// certificate for 127.0.0.1 and a client certificate it signed.
+type CA struct {
+	TLSFiles
+	ServerCert, ServerKey string
+}
+
+// MakeCA writes a new throwaway CA and its certificates into dir.
+func MakeCA(t testing.TB, dir string) CA {
+	t.Helper()
+	files, cert, key, err := writeTLSFiles(dir)
+	if err != nil {
+		t.Fatalf("redistest: making a CA: %v", err)
+	}
+	return CA{TLSFiles: files, ServerCert: cert, ServerKey: key}
 }

@@ -6,28 +6,28 @@
 --
 -- KEYS[1]  state: the theoretical arrival time (TAT) as integer nanoseconds
 --          since the epoch, as redis-cell stores it; TTL = reset_after.
--- ARGV     max_burst, count, period (seconds), quantity (0 = peek)
+-- ARGV     max_burst, emission interval (whole nanoseconds: the period
+--          divided by count, as limiter.Throttle computes it), quantity
+--          (0 = peek)
 -- Reply    {limited (0|1), limit (max_burst + 1), remaining,
 --           retry_after_s (-1 when allowed), reset_after_s}
 --
 -- redis-cell works in nanoseconds. Lua numbers are doubles, so every time
--- here is kept relative to now (exact up to 2^53 ns, about 104 days), and
--- the absolute TAT is read and written as a seconds part and a nanoseconds
--- part.
+-- here is kept relative to now (exact up to 2^53 ns, about 104 days; past
+-- that rounded to the nearest representable double, under a microsecond
+-- at the longest refill allowed, 100 years), and the absolute TAT is read
+-- and written as a seconds part and a nanoseconds part.
 local max_burst = tonumber(ARGV[1])
-local count = tonumber(ARGV[2])
-local period = tonumber(ARGV[3])
-local quantity = tonumber(ARGV[4] or '1')
+local emission = tonumber(ARGV[2])
+local quantity = tonumber(ARGV[3] or '1')
 
--- Rate::per_period: the period in nanoseconds divided by count in
--- floating point, truncated to whole nanoseconds.
-local emission = 0
-if count ~= 0 and period ~= 0 then
-  local e = period * 1e9 / count
-  if e >= 0 then emission = math.floor(e) else emission = math.ceil(e) end
-end
-if emission <= 0 then
+if not emission or emission <= 0 then
   return redis.error_reply('ERR Cell error: Zero rates are not supported')
+end
+-- The caller checks this (limiter.MaxThrottleFill); a TAT further out
+-- would not fit the integer arithmetic of SET PX and the reply.
+if emission * (max_burst + 1) > 36500 * 86400 * 1e9 then
+  return redis.error_reply('ERR a full burst would take more than 36500 days to refill')
 end
 local dvt = emission * (max_burst + 1) -- delay variation tolerance
 local increment = emission * quantity
@@ -61,7 +61,14 @@ else
   if ttl > 0 then
     local total = now_ns + new_tat
     local carry = math.floor(total / 1e9)
-    local value = string.format('%d%09d', now_s + carry, total - carry * 1e9)
+    local frac = total - carry * 1e9
+    -- Past 2^53 ns the split may round out of [0, 1e9): carry it over.
+    if frac < 0 then
+      carry, frac = carry - 1, frac + 1e9
+    elseif frac >= 1e9 then
+      carry, frac = carry + 1, frac - 1e9
+    end
+    local value = string.format('%d%09d', now_s + carry, frac)
     -- Rounded up to whole milliseconds, so the TAT is never lost early.
     redis.call('SET', KEYS[1], value, 'PX', math.ceil(ttl / 1e6))
   else

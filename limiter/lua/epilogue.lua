@@ -11,6 +11,8 @@
 --                     cannot book ahead ignore wait_us)
 --   available()       permits that could be granted now
 --   give(n)           take n permits back (never above capacity)
+--   charge(n)         take n permits whatever is available (debt past
+--                     zero, up to MAX_DEBT_US): remaining (signed), reset_us
 --   save()            write state back with a TTL (or delete it when full)
 load()
 local out = {0, conf[1]}
@@ -63,6 +65,12 @@ if op == 'acquire' then
       out[#out + 1] = us(deny_retry)
       out[#out + 1] = us(deny_reset)
     end
+  end
+elseif op == 'charge' then
+  local remaining, reset_us = charge(tonumber(ARGV[3]))
+  local reset = us(reset_us)
+  for _, v in ipairs({1, math.floor(remaining + EPS), 0, reset, reset, 0, 0, 0}) do
+    out[#out + 1] = v
   end
 elseif op == 'release' then
   give(tonumber(ARGV[3]))

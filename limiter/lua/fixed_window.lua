@@ -11,6 +11,9 @@
 -- ambiguous: permits given back could belong to this window or the next,
 -- and crediting the wrong one admits more than the rate.)
 --
+-- A count above rate is debt (RL.CHARGE): each window that starts pays
+-- `rate` of it back, so a later window opens with what is left.
+--
 -- The clock may step back (after a failover) to before the stored window:
 -- that window is kept, and the time before it counts as full, so a window
 -- already used is never opened again.
@@ -18,13 +21,8 @@ local capacity = rate
 local start, count
 local stored -- the state as read, when it is this window's: "start:count"
 
--- The window that holds now.
-local function window_of(t)
-  return t - math.fmod(t, interval) -- fmod is exact on integers
-end
-
 local function load()
-  start, count = window_of(now), 0
+  start, count = window_of(now, interval), 0
   local v = redis.call('GET', KEYS[2])
   if v then
     local s, c = string.match(v, '^([^:]+):(.+)$')
@@ -32,10 +30,13 @@ local function load()
     if s and c then
       -- Aligning again keeps a state written under another interval usable
       -- (KEEPSTATE carries its count over to the new interval).
-      s = window_of(s)
+      s = window_of(s, interval)
       if s >= start then
         start, count = s, c
         stored = v
+      elseif c > rate then
+        -- Debt left over from an earlier window: rate paid per window since.
+        count = math.max(0, c - math.floor((start - s) / interval + 0.5) * rate)
       end
     end
   end
@@ -51,9 +52,14 @@ local function available()
   return math.max(0, rate - count)
 end
 
+-- Windows from the state's until the count (with n more) fits in one.
+local function windows_until(n)
+  return math.max(0, math.ceil((count + n - rate) / rate - EPS))
+end
+
 -- Microseconds until every window is empty again.
 local function until_reset()
-  if count > 0 then return start + interval - now end
+  if count > 0 then return start + math.max(1, windows_until(0) + 1) * interval - now end
   return start - now -- until the stored window starts (a clock stepped back)
 end
 
@@ -63,14 +69,18 @@ local function try(n, _)
     return 1, available(), 0, until_reset()
   end
   -- The first window this request fits in: the stored window when it is
-  -- still ahead and has room, else the window after it (empty). n <= rate,
-  -- so an empty window always has room.
-  local at = start + interval
-  if not current() and count + n <= rate + EPS then
-    at = start
-  end
+  -- still ahead and has room, else the first after it that the debt (if
+  -- any) leaves room in. n <= rate, so an empty window always has room.
+  local at = start + math.max(current() and 1 or 0, windows_until(n)) * interval
   return 0, available(), at - now, until_reset()
 end
+
+local function charge(n)
+  count = math.max(count, math.min(count + n, rate * MAX_DEBT_US / interval))
+  return rate - count, until_reset()
+end
+
+local reset_us = until_reset
 
 local function give(n)
   count = math.max(0, count - n)

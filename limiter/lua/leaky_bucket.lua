@@ -24,15 +24,19 @@
 --          with KEEPSTATE carry them over to the new rate.
 local capacity = burst
 local per_permit = interval / rate -- T, microseconds
-local queued, ts, loaded
+local level -- permits queued
+local load_level, save_level = bucket(KEYS[2], per_permit)
 
 local function load()
-  queued, ts = drained(KEYS[2], per_permit)
-  loaded = queued
+  level = load_level()
+end
+
+local function save()
+  save_level(level)
 end
 
 local function empty()
-  return queued <= EPS
+  return level <= EPS
 end
 
 local function available()
@@ -42,21 +46,25 @@ end
 
 local function try(n, wait_us)
   if empty() then
-    queued = queued + n
-    return 1, available(), 0, queued * per_permit
+    level = level + n
+    return 1, available(), 0, level * per_permit
   end
-  local wait = queued * per_permit -- until this request's slot
-  if wait_us > 0 and wait <= wait_us and queued + n <= burst + EPS then
-    queued = queued + n
-    return 1, available(), wait, queued * per_permit
+  local wait = level * per_permit -- until this request's slot
+  if wait_us > 0 and wait <= wait_us and level + n <= burst + EPS then
+    level = level + n
+    return 1, available(), wait, level * per_permit
   end
-  return 0, available(), math.max(1, wait), queued * per_permit
+  return 0, available(), math.max(1, wait), level * per_permit
+end
+
+-- Queues n permits whatever the bucket holds: past burst is debt, which
+-- leaks before anything is granted again. remaining is 0 after a grant,
+-- below 0 by the debt.
+local function charge(n)
+  level = math.max(level, math.min(level + n, math.max(burst, MAX_DEBT_US / per_permit)))
+  return math.min(0, burst - level), level * per_permit
 end
 
 local function give(n)
-  queued = math.max(0, queued - n)
-end
-
-local function save()
-  keep_drained(KEYS[2], queued, loaded, ts, per_permit)
+  level = math.max(0, level - n)
 end

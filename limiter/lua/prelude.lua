@@ -2,12 +2,13 @@
 --
 -- KEYS[1]   config hash of one sub-limiter (written by setconf.lua)
 -- KEYS[2..] state keys of the algorithm (named by the algorithm's file)
--- ARGV[1]   op: 'acquire' | 'peek' | 'release'
+-- ARGV[1]   op: 'acquire' | 'peek' | 'release' | 'charge'
 -- ARGV[2]   epoch the caller expects ('' skips the check)
 -- ARGV[3..] acquire: the coalesced requests, decided in order, as runs of
 --             identical ones: permits, max_wait_ms (how long the caller
 --             may wait; 0 = now), count
 --           release: the permits given back
+--           charge: the permits taken after the fact (even past zero)
 -- Reply: {status, epoch, results...}
 --   status 0: ok; 1: no such limiter (no config); 2: the epoch changed
 --   (config or state was replaced: the caller refreshes and retries).
@@ -20,8 +21,10 @@
 --     retry_after > 0 is a reservation: the permits are booked now and
 --     take effect after it (the caller holds the reply until then, or
 --     releases them if it gives up).
+--   charge results: one run's 8 integers, granted 1, remaining signed
+--     (below zero: the debt that later acquires wait out)
 --   peek / release results: {available}
-local conf = redis.call('HMGET', KEYS[1], 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms')
+local conf = redis.call('HMGET', KEYS[1], 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms', 'sub_limits')
 if not conf[1] then
   return {1, ''}
 end
@@ -44,6 +47,11 @@ local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
 -- EPS absorbs floating-point noise when comparing permit counts.
 local EPS = 1e-6
+
+-- Debt (RL.CHARGE past zero) is kept only up to what is paid back within
+-- this many microseconds (twice limiter.MaxRefill: 200 years), so every
+-- duration stays a whole number Redis takes in SET PX and in a reply.
+local MAX_DEBT_US = 2 * 36500 * 86400 * 1e6
 
 -- Durations are computed in microseconds and reported in whole
 -- milliseconds, rounded up: waiting retry_after_ms is always enough.
@@ -109,4 +117,29 @@ local function keep_drained(key, level, loaded, ts, per_permit)
   elseif level ~= loaded or not lasts(key, us) then
     keep(key, num(level) .. ':' .. num(ts), us)
   end
+end
+
+-- The window of length span that holds t, for the window algorithms
+-- (fixed-window, sliding-window): windows are aligned to natural
+-- boundaries counted from the Unix epoch (midnight UTC).
+local function window_of(t, span)
+  return t - math.fmod(t, span) -- fmod is exact on integers
+end
+
+-- The state of the bucket algorithms (token-bucket, leaky-bucket): a
+-- "level:ts" string in key, draining one permit per per_permit
+-- microseconds; level is what the bucket holds (permits in use, or
+-- queued). bucket returns its load() (the level now) and save(level).
+local function bucket(key, per_permit)
+  local ts, loaded
+  local function load()
+    local level
+    level, ts = drained(key, per_permit)
+    loaded = level
+    return level
+  end
+  local function save(level)
+    keep_drained(key, level, loaded, ts, per_permit)
+  end
+  return load, save
 end

@@ -3,7 +3,7 @@
 -- KEYS[1]  config hash of the sub-limiter
 -- ARGV[1]  '1' = NX: never change an existing config
 -- ARGV[2]  '1' = KEEPSTATE: keep the epoch (and so the state) when only the
---          rate, interval, burst or TTL change
+--          rate, interval, burst, TTL, shadow or limits change
 -- ARGV[3]  epoch for a new config (a fresh epoch means fresh, empty state)
 -- ARGV[4]  ttl_ms of the limiter (0 = no TTL)
 -- ARGV[5..] field, value, ... of the config (everything but epoch)
@@ -17,10 +17,19 @@ local function refresh(ttl)
   if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 end
 
+-- Optional fields are written only when set (limiter.Config.fields): one
+-- stored but not given is a change too.
+local optional = {'shadow', 'limits', 'sub_limits'}
+
 if cur.epoch then
   local same = true
+  local given = {}
   for i = 5, #ARGV, 2 do
     if cur[ARGV[i]] ~= ARGV[i + 1] then same = false end
+    given[ARGV[i]] = true
+  end
+  for _, f in ipairs(optional) do
+    if cur[f] and not given[f] then same = false end
   end
   if ARGV[1] == '1' or same then
     -- The config in force keeps its own TTL (NX may ask for another one).
@@ -33,8 +42,14 @@ local epoch = ARGV[3]
 local new = {}
 for i = 5, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
 -- State survives only when its shape does: same algorithm, mode and shards.
+-- (the number of limits is part of the shape: it names the state keys).
+local function nlimits(v)
+  local n = 1
+  for _ in string.gmatch(v or '', ',?[^,]+') do n = n + 1 end
+  return n
+end
 if ARGV[2] == '1' and cur.epoch and cur.algo == new.algo and cur.mode == new.mode
-    and cur.shards == new.shards then
+    and cur.shards == new.shards and nlimits(cur.limits) == nlimits(new.limits) then
   epoch = cur.epoch
 end
 

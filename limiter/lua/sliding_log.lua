@@ -69,19 +69,34 @@ local function until_freed(need)
   end
 end
 
-local function try(n, _)
-  if used + n > rate then
-    return 0, available(), until_freed(used + n - rate), until_empty()
-  end
+-- Records a grant of n permits now.
+local function record(n)
   local newest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   local permits = n
   if newest[2] and tonumber(newest[2]) == now_ms then
     permits = permits + permits_of(newest[1])
     redis.call('ZREM', KEYS[2], newest[1])
   end
-  redis.call('ZADD', KEYS[2], now_ms, now_ms .. ':' .. permits)
+  redis.call('ZADD', KEYS[2], now_ms, now_ms .. ':' .. string.format('%d', permits))
   used = used + n
+end
+
+local function try(n, _)
+  if used + n > rate then
+    return 0, available(), until_freed(used + n - rate), until_empty()
+  end
+  record(n)
   return 1, available(), 0, until_empty()
+end
+
+local reset_us = until_empty
+
+-- A charge is a grant that may take the log past rate: the debt lasts
+-- until the charge leaves the window (the log's own rule: at most rate
+-- within any window).
+local function charge(n)
+  record(n)
+  return rate - used, until_empty()
 end
 
 -- Gives permits back by shrinking the newest grants first.
@@ -93,7 +108,7 @@ local function give(n)
     redis.call('ZREM', KEYS[2], newest[1])
     local back = math.min(p, n)
     if p > back then
-      redis.call('ZADD', KEYS[2], newest[2], newest[2] .. ':' .. (p - back))
+      redis.call('ZADD', KEYS[2], newest[2], newest[2] .. ':' .. string.format('%d', p - back))
     end
     used = used - back
     n = n - back

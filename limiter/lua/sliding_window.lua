@@ -13,22 +13,23 @@
 --          before it.
 --
 -- The estimate cannot book permits ahead, so wait_us is ignored.
+--
+-- A count above rate is debt (RL.CHARGE): when a window ends, at most
+-- `rate` of its count becomes the previous window's and the rest is
+-- carried into the new window's count, so the debt is paid back at
+-- `rate` per window.
 local capacity = rate
 local start, prev, cur
 local stored -- the state as read, when it is this window's: "start:prev:cur"
 
-local function window_of(t)
-  return t - math.fmod(t, interval) -- fmod is exact on integers
-end
-
 local function load()
-  start, prev, cur = window_of(now), 0, 0
+  start, prev, cur = window_of(now, interval), 0, 0
   local v = redis.call('GET', KEYS[2])
   if not v then return end
   local s, p, c = string.match(v, '^([^:]+):([^:]+):(.+)$')
   s, p, c = tonumber(s), tonumber(p), tonumber(c)
   if not (s and p and c) then return end
-  s = window_of(s) -- a state written under another interval (KEEPSTATE)
+  s = window_of(s, interval) -- a state written under another interval (KEEPSTATE)
   -- The clock may step back after a failover; time never runs backwards here.
   if s > start then
     now, start = s, s
@@ -36,8 +37,11 @@ local function load()
   if s == start then
     prev, cur = p, c
     stored = v
-  elseif s == start - interval then
-    prev = c
+  elseif s < start then
+    -- k windows have ended since: each moved at most rate of the count on.
+    local k = math.floor((start - s) / interval + 0.5)
+    cur = math.max(0, c - k * rate)
+    prev = math.min(rate, math.max(0, c - (k - 1) * rate))
   end
 end
 
@@ -58,7 +62,7 @@ end
 -- weigh until the end of the next window, the previous window's until the
 -- end of this one.
 local function until_reset()
-  if cur > EPS then return start + 2 * interval - now end
+  if cur > EPS then return start + (math.ceil(cur / rate - EPS) + 1) * interval - now end
   if prev > EPS then return start + interval - now end
   return 0
 end
@@ -72,10 +76,17 @@ local function until_fits(n)
   local at
   if room >= 0 and prev > 0 then
     at = start + interval * (1 - room / prev)
-  elseif cur <= rate - n then
-    at = start + interval
   else
-    at = start + interval * (2 - (rate - n) / cur)
+    -- The first window j after this one whose own count (what debt is
+    -- carried into it) leaves room for n, then the moment in it when the
+    -- window before it weighs little enough.
+    local j = math.max(1, math.ceil((cur + n - rate) / rate - EPS))
+    local cur_j = math.max(0, cur - j * rate)
+    local prev_j = math.min(rate, math.max(0, cur - (j - 1) * rate))
+    at = start + j * interval
+    if prev_j > 0 then
+      at = at + interval * math.max(0, 1 - (rate - n - cur_j) / prev_j)
+    end
   end
   -- Never 0 for a denial, whatever the rounding.
   return math.max(1, at - now)
@@ -87,6 +98,13 @@ local function try(n, _)
     return 1, available(), 0, until_reset()
   end
   return 0, available(), until_fits(n), until_reset()
+end
+
+local reset_us = until_reset
+
+local function charge(n)
+  cur = math.max(cur, math.min(cur + n, rate * MAX_DEBT_US / interval))
+  return rate - estimate(), until_reset()
 end
 
 -- Gives permits back: from this window's count first, then from the

@@ -6,11 +6,15 @@
 --          KEEPSTATE carry the used permits over to the new rate.
 local capacity = burst
 local per_permit = interval / rate -- microseconds to refill one permit
-local level, ts, loaded
+local level -- permits in use
+local load_level, save_level = bucket(KEYS[2], per_permit)
 
 local function load()
-  level, ts = drained(KEYS[2], per_permit)
-  loaded = level
+  level = load_level()
+end
+
+local function save()
+  save_level(level)
 end
 
 local function available()
@@ -41,10 +45,17 @@ local function try_run(n, count)
   return g, first_rem, first_reset, level * per_permit
 end
 
-local function give(n)
-  level = math.max(0, level - n)
+-- Past burst is debt: it refills before anything is available again.
+local function charge(n)
+  level = math.max(level, math.min(level + n, math.max(burst, MAX_DEBT_US / per_permit)))
+  return burst - level, level * per_permit
 end
 
-local function save()
-  keep_drained(KEYS[2], level, loaded, ts, per_permit)
+-- Microseconds until the bucket is full again.
+local function reset_us()
+  return level * per_permit
+end
+
+local function give(n)
+  level = math.max(0, level - n)
 end

@@ -126,10 +126,43 @@ const checks = {
   "CL.THROTTLE answers like redis-cell": async () => {
     assert.deepEqual(await c.call("CL.THROTTLE", k("user123"), 15, 30, 60, 1), [0, 16, 15, -1, 2]);
   },
+  "GCRA and RL.THROTTLE answer like Redis 8.8 and redis-cell": async () => {
+    assert.deepEqual(await c.call("GCRA", k("g"), 1, 1, 0.5), [0, 2, 1, -1, 1]);
+    assert.deepEqual(await c.call("GCRA", k("g"), 1, 1, 0.5, "TOKENS", 0), [0, 2, 1, -1, 1]);
+    assert.deepEqual(await c.call("RL.THROTTLE", k("g2"), 15, 30, 60), [0, 16, 15, -1, 2]);
+  },
   "concurrent callers never get more than the limit": async () => {
     await c.call("RL.SETRATE", k("burst"), 10, "1h");
     const replies = await Promise.all(Array.from({ length: 25 }, () => c.call("RL.ACQUIRE", k("burst"))));
     assert.equal(replies.filter((r) => r[0] === 1).length, 10);
+  },
+  "leases: a worker pool leases, renews, returns; a waiter is woken": async () => {
+    assert.equal(await c.call("RL.SETRATE", k("db"), 2, "10s", "ALGO", "concurrency"), 1);
+    const held = [];
+    for (let i = 0; i < 2; i++) {
+      const [granted, , retryAfter, id] = await c.call("RL.LEASE", k("db"), "TTL", "5s");
+      assert.deepEqual([granted, retryAfter, typeof id], [1, 0, "string"]);
+      held.push(String(id));
+    }
+    const [granted, , retryAfter, id] = await c.call("RL.LEASE", k("db"));
+    assert.equal(granted, 0);
+    assert.ok(retryAfter > 4000 && retryAfter <= 5000, `retry_after ${retryAfter}`);
+    assert.equal(String(id), "");
+    assert.equal(await c.call("RL.RENEW", k("db"), held[0], "TTL", "10s"), 1);
+    const other = await client(`${lib}-worker`);
+    try {
+      const waiting = other.call("RL.LEASE", k("db"), "TIMEOUT", "3s");
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(await c.call("RL.RETURN", k("db"), held[1]), 1);
+      const [woke, , , wokeId] = await waiting;
+      assert.equal(woke, 1);
+      assert.equal(await other.call("RL.RETURN", k("db"), String(wokeId)), 1);
+    } finally {
+      await other.close();
+    }
+    assert.equal(await c.call("RL.RETURN", k("db"), held[0]), 1);
+    assert.equal(await c.call("RL.AVAILABLE", k("db")), 2);
+    assert.match((await rejects(c.call("RL.ACQUIRE", k("db")))).message, /RL\.LEASE/);
   },
 };
 

@@ -107,11 +107,47 @@ def throttle():
     assert c.execute_command("CL.THROTTLE", k("user123"), 15, 30, 60, 1) == [0, 16, 15, -1, 2]
 
 
+def gcra():
+    # Redis 8.8's proposed GCRA (sent raw: redis-py does not bind it) and
+    # RL.THROTTLE share CL.THROTTLE's state.
+    assert c.execute_command("GCRA", k("g"), 1, 1, 0.5) == [0, 2, 1, -1, 1]
+    assert c.execute_command("GCRA", k("g"), 1, 1, 0.5, "TOKENS", 0) == [0, 2, 1, -1, 1]
+    assert c.execute_command("RL.THROTTLE", k("g2"), 15, 30, 60) == [0, 16, 15, -1, 2]
+
+
 def concurrent():
     c.execute_command("RL.SETRATE", k("burst"), 10, "1h")
     with ThreadPoolExecutor(max_workers=8) as pool:  # 8 pooled connections
         replies = list(pool.map(lambda _: c.execute_command("RL.ACQUIRE", k("burst")), range(25)))
     assert sum(r[0] for r in replies) == 10, replies
+
+
+def leases():
+    # A worker pool of 2: lease, renew while working, return; a third
+    # worker waits and is woken by a return made on another connection.
+    assert c.execute_command("RL.SETRATE", k("db"), 2, "10s", "ALGO", "concurrency") == 1
+    held = []
+    for _ in range(2):
+        granted, remaining, retry_after, lease_id = c.execute_command("RL.LEASE", k("db"), "TTL", "5s")
+        assert granted == 1 and retry_after == 0 and isinstance(lease_id, str) and lease_id, lease_id
+        held.append(lease_id)
+    assert remaining == 0
+    granted, _, retry_after, lease_id = c.execute_command("RL.LEASE", k("db"))
+    assert granted == 0 and 4000 < retry_after <= 5000 and lease_id == "", (granted, retry_after, lease_id)
+    assert c.execute_command("RL.RENEW", k("db"), held[0], "TTL", "10s") == 1
+    other = client("redis-py-worker")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        waiting = pool.submit(other.execute_command, "RL.LEASE", k("db"), "TIMEOUT", "3s")
+        assert c.execute_command("RL.RETURN", k("db"), held[1]) == 1
+        granted, _, _, lease_id = waiting.result()
+    assert granted == 1 and lease_id, lease_id
+    assert other.execute_command("RL.RETURN", k("db"), lease_id) == 1
+    assert c.execute_command("RL.RETURN", k("db"), lease_id) == 0  # not held any more
+    assert c.execute_command("RL.RETURN", k("db"), held[0]) == 1
+    assert c.execute_command("RL.AVAILABLE", k("db")) == 2
+    got = error_of(c.execute_command, "RL.ACQUIRE", k("db"))
+    assert "RL.LEASE" in got, got
+    other.close()
 
 
 checks = [
@@ -125,7 +161,9 @@ checks = [
     ("an error inside a pipeline fails only its own command", pipeline_error),
     ("PER_CLIENT: each connection name has its own budget", per_client),
     ("CL.THROTTLE answers like redis-cell", throttle),
+    ("GCRA and RL.THROTTLE answer like Redis 8.8 and redis-cell", gcra),
     ("concurrent callers never get more than the limit", concurrent),
+    ("leases: a worker pool leases, renews, returns; a waiter is woken", leases),
 ]
 failed = 0
 for name, check in checks:

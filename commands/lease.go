@@ -1,0 +1,146 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rlproxy/rlproxy/lease"
+	"github.com/rlproxy/rlproxy/limiter"
+)
+
+// Lease is a parsed RL.LEASE.
+type Lease struct {
+	Name    string
+	Permits int64
+	TTL     time.Duration // 0: the limiter's lease TTL
+	Timeout time.Duration // 0: decide now
+	Block   bool
+}
+
+// ParseLease parses RL.LEASE key [permits] [TTL duration] [TIMEOUT duration | BLOCK].
+func ParseLease(args []string) (Lease, error) {
+	if len(args) < 2 || len(args) > 7 {
+		return Lease{}, ArityError(args[0])
+	}
+	r := Lease{Name: args[1], Permits: 1}
+	rest := args[2:]
+	var err error
+	if len(rest) > 0 && !upperIs(rest[0], "TTL") && !isKeyword(rest[0]) {
+		if r.Permits, err = parseCount("permits", rest[0], limiter.MaxRate); err != nil {
+			return Lease{}, err
+		}
+		rest = rest[1:]
+	}
+	seen := map[string]bool{}
+	for len(rest) > 0 {
+		opt := strings.ToUpper(rest[0])
+		if seen[opt] || (opt == "BLOCK" && seen["TIMEOUT"]) || (opt == "TIMEOUT" && seen["BLOCK"]) {
+			return Lease{}, fmt.Errorf("syntax error: option %s given twice, or with TIMEOUT and BLOCK both", quote(rest[0]))
+		}
+		seen[opt] = true
+		switch opt {
+		case "BLOCK":
+			r.Block = true
+			rest = rest[1:]
+			continue
+		case "TTL", "TIMEOUT":
+		default:
+			return Lease{}, fmt.Errorf("syntax error near %s (expected [permits] [TTL duration] [TIMEOUT duration | BLOCK])", quote(rest[0]))
+		}
+		if len(rest) < 2 {
+			return Lease{}, fmt.Errorf("syntax error: option %s needs a value", opt)
+		}
+		d, err := ParseDuration(opt, rest[1], maxTTL)
+		if err != nil {
+			return Lease{}, err
+		}
+		if opt == "TTL" {
+			r.TTL = d
+		} else {
+			r.Timeout = d
+		}
+		rest = rest[2:]
+	}
+	return r, nil
+}
+
+// Leases returns RL.LEASE, RL.RETURN and RL.RENEW, served by s.
+func Leases(s *lease.Service) []Command {
+	key := Arg{Name: "key", Type: "key"}
+	leaseID := Arg{Name: "lease_id", Type: "string"}
+	return []Command{
+		{
+			Name: "RL.LEASE", Arity: -2, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
+			Summary: "Takes permits of a concurrency limiter as a lease. Returns [granted, remaining, retry_after_ms, lease_id].",
+			Args: []Arg{key, {Name: "permits", Type: "integer", Optional: true},
+				{Name: "ttl", Type: "string", Token: "TTL", Optional: true},
+				{Name: "wait", Type: "oneof", Optional: true, Args: []Arg{
+					{Name: "timeout", Type: "string", Token: "TIMEOUT"},
+					{Name: "block", Type: "pure-token", Token: "BLOCK"}}},
+			},
+			Handler: func(ctx context.Context, c Caller, args []string) (any, error) {
+				r, err := ParseLease(args)
+				if err != nil {
+					return nil, err
+				}
+				req := lease.Request{Name: r.Name, Client: c.Name(), Permits: r.Permits, TTL: r.TTL, MaxWait: r.Timeout, Block: r.Block}
+				if r.Timeout > 0 || r.Block {
+					wctx, cancel := c.Watch(ctx)
+					defer cancel()
+					ctx = wctx
+				}
+				res, err := s.Lease(ctx, req)
+				if err != nil {
+					return nil, err
+				}
+				return []any{boolInt(res.Granted), res.Remaining, res.RetryAfterMs, res.ID}, nil
+			},
+		},
+		{
+			Name: "RL.RETURN", Arity: 3, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
+			Summary: "Gives a lease back. Returns 1 if it was held, else 0.",
+			Args:    []Arg{key, leaseID},
+			Handler: func(ctx context.Context, c Caller, args []string) (any, error) {
+				ok, err := s.Return(ctx, args[1], c.Name(), args[2])
+				return boolInt(ok), err
+			},
+		},
+		{
+			Name: "RL.RENEW", Arity: 5, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
+			Summary: "Extends a lease to TTL from now. Returns 1 if it was held (now extended), else 0.",
+			Args:    []Arg{key, leaseID, {Name: "ttl", Type: "string", Token: "TTL"}},
+			Handler: func(ctx context.Context, c Caller, args []string) (any, error) {
+				if !upperIs(args[3], "TTL") {
+					return nil, fmt.Errorf("syntax error near %s (expected TTL duration)", quote(args[3]))
+				}
+				ttl, err := ParseDuration("TTL", args[4], maxTTL)
+				if err != nil {
+					return nil, err
+				}
+				ok, err := s.Renew(ctx, args[1], c.Name(), args[2], ttl)
+				return boolInt(ok), err
+			},
+		},
+	}
+}
+
+// shards is the shard count of a limiter before a change (for changed;
+// nothing is read when no one listens).
+func (h *handlers) shards(ctx context.Context, name string) int {
+	if h.o.Changed == nil {
+		return 0
+	}
+	if cfg, err := h.l.GetRate(ctx, name); err == nil && cfg != nil {
+		return cfg.Shards
+	}
+	return 0
+}
+
+// changed tells Options.Changed of a limiter replaced or deleted.
+func (h *handlers) changed(ctx context.Context, name string, shards int) {
+	if h.o.Changed != nil && shards > 0 {
+		h.o.Changed(ctx, name, shards)
+	}
+}

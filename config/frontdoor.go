@@ -1,0 +1,145 @@
+package config
+
+import (
+	"encoding/hex"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// User is one entry of the users list: who may connect, with which
+// password, to run which commands on which limiters.
+type User struct {
+	// (Required) The name given to AUTH and HELLO ... AUTH. Printable
+	// ASCII without spaces. "default" is the user of require_pass, so it
+	// cannot be listed when require_pass is set.
+	Name string `mapstructure:"name"`
+
+	// (Required: one of the two) The password, in clear or as the hex
+	// SHA-256 of it (what `printf %s pw | sha256sum` prints).
+	Password       string `mapstructure:"password"`
+	PasswordSHA256 string `mapstructure:"password_sha256"`
+
+	// (Required) Command categories: "acquire" (RL.ACQUIRE, RL.AVAILABLE,
+	// RL.GETRATE, CL.THROTTLE, GCRA, RL.THROTTLE, RL.LEASE, RL.RETURN,
+	// RL.RENEW, RL.CHARGE) and/or "admin" (every command). Connection
+	// commands (PING, HELLO, CLIENT SETNAME, ...) are always allowed.
+	Commands []string `mapstructure:"commands"`
+
+	// (Optional) Glob patterns of the limiter names this user may touch
+	// ('*' any run of characters, '?' one character). Defaults to all.
+	Limiters []string `mapstructure:"limiters"`
+}
+
+// Command categories of User.Commands.
+const (
+	CategoryAcquire = "acquire"
+	CategoryAdmin   = "admin"
+)
+
+// TLS reports whether clients are served over TLS too.
+func (c Config) TLS() bool { return c.TLSListen != "" }
+
+// checkFrontDoor checks the keys of what clients see: TLS, users and the
+// limits on connections and requests.
+func (c Config) checkFrontDoor() []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: "+format, args...))
+	}
+	if c.TLSListen != "" {
+		if err := checkAddr(c.TLSListen); err != nil {
+			bad("tls_listen must be empty or a host:port address (got %q): %v", c.TLSListen, err)
+		} else if c.TLSListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+			bad("tls_listen must differ from listen (both %q)", c.Listen)
+		}
+		if c.TLSCertFile == "" || c.TLSKeyFile == "" {
+			bad("tls_listen needs tls_cert_file and tls_key_file")
+		}
+	} else if c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSClientCAFile != "" {
+		bad("tls_cert_file, tls_key_file and tls_client_ca_file need tls_listen (the address of the TLS listener)")
+	}
+	for _, f := range []struct{ key, path string }{
+		{"tls_cert_file", c.TLSCertFile}, {"tls_key_file", c.TLSKeyFile}, {"tls_client_ca_file", c.TLSClientCAFile},
+	} {
+		if f.path != "" {
+			if _, err := os.Stat(f.path); err != nil {
+				bad("%s: %v", f.key, err)
+			}
+		}
+	}
+	if c.MaxClients <= 0 {
+		bad("max_clients must be > 0 (got %d)", c.MaxClients)
+	}
+	if c.Timeout < 0 {
+		bad("timeout must be >= 0 (got %q)", c.Timeout.String())
+	}
+	if c.MaxRequestBytes < 16384 || c.MaxRequestBytes > 512<<20 {
+		bad("max_request_bytes must be between 16384 and 536870912 (got %d)", c.MaxRequestBytes)
+	}
+	if c.MaxNameLength < 1 || c.MaxNameLength > 65536 {
+		bad("max_name_length must be between 1 and 65536 (got %d)", c.MaxNameLength)
+	}
+	seen := map[string]int{}
+	for i, u := range c.Users {
+		key := fmt.Sprintf("users[%d]", i)
+		if u.Name != "" {
+			key = fmt.Sprintf("users[%d] (%s)", i, u.Name)
+		}
+		switch {
+		case u.Name == "":
+			bad("%s: name is missing", key)
+		case strings.ContainsFunc(u.Name, func(r rune) bool { return r <= ' ' || r > '~' }):
+			bad("%s: name must be printable ASCII without spaces", key)
+		case u.Name == "default" && c.RequirePass != "":
+			bad("%s: the user default is require_pass's: set one of them", key)
+		}
+		if j, dup := seen[u.Name]; dup && u.Name != "" {
+			bad("%s: duplicate of users[%d]", key, j)
+		}
+		seen[u.Name] = i
+		switch {
+		case (u.Password == "") == (u.PasswordSHA256 == ""):
+			bad("%s: set exactly one of password and password_sha256", key)
+		case u.PasswordSHA256 != "":
+			if b, err := hex.DecodeString(u.PasswordSHA256); err != nil || len(b) != 32 {
+				bad("%s: password_sha256 must be 64 hex digits (the SHA-256 of the password)", key)
+			}
+		}
+		if len(u.Commands) == 0 {
+			bad("%s: commands must list %s and/or %s", key, CategoryAcquire, CategoryAdmin)
+		}
+		for _, cat := range u.Commands {
+			if cat != CategoryAcquire && cat != CategoryAdmin {
+				bad("%s: commands: unknown category %q (use %s or %s)", key, cat, CategoryAcquire, CategoryAdmin)
+			}
+		}
+		for _, p := range u.Limiters {
+			if p == "" {
+				bad("%s: limiters: an empty pattern matches no limiter", key)
+			}
+		}
+	}
+	return errs
+}
+
+// Changed returns the keys whose values differ between old and new, in
+// field order.
+func Changed(old, new Config) []string {
+	var changed []string
+	a, b := reflect.ValueOf(old), reflect.ValueOf(new)
+	for i, key := range keys() {
+		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+			changed = append(changed, key)
+		}
+	}
+	return changed
+}
+
+// fileOnly are the keys set in the config file only (no flag or
+// environment variable): structured values.
+var fileOnly = []string{"users"}
+
+func isFileOnly(key string) bool { return slices.Contains(fileOnly, key) }

@@ -1,0 +1,37 @@
+package proxy
+
+import (
+	"testing"
+	"time"
+)
+
+// RL.CHARGE: permits taken after the fact, even past zero; later acquires
+// wait the debt out.
+func TestCharge(t *testing.T) {
+	h := start(t)
+	h.Do(t, "RL.SETRATE", "llm", 10, "1s").Equal(int64(1))
+	charged := h.Do(t, "RL.CHARGE", "llm", 25).OK().([]any)
+	if len(charged) != 4 || charged[0] != int64(1) || charged[1] != int64(-15) || charged[2] != int64(0) {
+		t.Fatalf("RL.CHARGE llm 25 = %v, want [1 -15 0 ~2500]", charged)
+	}
+	if reset := charged[3].(int64); reset < 2490 || reset > 2500 {
+		t.Errorf("reset_after = %d ms, want ~2500", reset)
+	}
+	g := h.Do(t, "RL.ACQUIRE", "llm").Denied(0)
+	// 15 of debt and the permit itself at 10 per second.
+	if g.RetryAfter < 1590*time.Millisecond || g.RetryAfter > 1600*time.Millisecond {
+		t.Errorf("retry_after = %v, want ~1.6s", g.RetryAfter)
+	}
+	h.Do(t, "RL.AVAILABLE", "llm").Equal(int64(0))
+
+	// Sharded: the charge is split like the rate; remaining is the total.
+	h.Do(t, "RL.SETRATE", "sh", 10, "1h", "SHARDS", 2).Equal(int64(1))
+	if r := h.Do(t, "RL.CHARGE", "sh", 13).OK().([]any); r[1] != int64(-3) { // shares 7 and 6 of 5 and 5
+		t.Errorf("RL.CHARGE sh 13 = %v, want remaining -3", r)
+	}
+	h.Do(t, "RL.AVAILABLE", "sh").Equal(int64(0))
+
+	h.Do(t, "RL.CHARGE", "nope", 1).Err("ERR no such limiter 'nope' (create it with RL.SETRATE)")
+	h.Do(t, "RL.CHARGE", "llm", 0).Err("ERR permits must be a positive integer, got '0'")
+	h.Do(t, "RL.CHARGE", "llm").Err("ERR wrong number of arguments for 'rl.charge' command")
+}

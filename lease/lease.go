@@ -1,0 +1,414 @@
+// Package lease runs concurrency limiters (ALGO concurrency): a
+// distributed semaphore whose permits are held as leases — taken with
+// Lease, extended with Renew, given back with Return, and expired by the
+// backend's clock when their holder vanishes.
+//
+// The state lives in Redis (concurrency.lua): a sorted set of leases by
+// expiry, and a queue of waiters by arrival with a deadline per ticket.
+// Waiting is fair across proxies because the queue is in Redis: a waiter
+// is granted only when the permits of every waiter queued before it fit
+// too. Waking is by Pub/Sub: whenever permits come free (a return through
+// any proxy, an expiry noticed by any call) or the queue moves, the script
+// PUBLISHes the tickets of the waiters at its head that fit, and only
+// those retry. Lost messages cost promptness, never correctness: the
+// first local waiter of each sub-limiter sleeps at most until the earliest
+// lease expires (so expiries are noticed when no one returns anything),
+// and every waiter asks again within refresh to keep its ticket.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/ratelimit"
+)
+
+// Lookup finds a limiter's config and nodes (ratelimit.Limiters does).
+type Lookup interface {
+	Lookup(ctx context.Context, name, client string, fresh bool) (ratelimit.Placed, error)
+	// Nodes returns the node of each shard of a limiter of that many shards.
+	Nodes(name string, shards int) []*backend.Node
+}
+
+// Options configure a Service.
+type Options struct {
+	// KeyPrefix starts every key rlproxy writes (as sharding's).
+	KeyPrefix string
+	// MaxWaiters bounds the clients waiting in RL.LEASE at once (0: no bound).
+	MaxWaiters int
+	// Refresh is how often a waiter asks again to keep its place (its
+	// ticket lapses after three times this without one). Defaults to 1s.
+	Refresh time.Duration
+}
+
+// Service takes, renews and returns leases.
+type Service struct {
+	look    Lookup
+	keys    limiter.Keys
+	script  *redis.Script
+	opts    Options
+	hub     *hub
+	waiters atomic.Int64
+}
+
+// New returns a Service over the limiters lookup finds.
+func New(lookup Lookup, scripts *limiter.Scripts, o Options) *Service {
+	if o.Refresh <= 0 {
+		o.Refresh = time.Second
+	}
+	return &Service{look: lookup, keys: limiter.Keys{Prefix: o.KeyPrefix}, script: scripts.Limiter(limiter.Concurrency), opts: o, hub: newHub()}
+}
+
+// Close drops the Pub/Sub connections.
+func (s *Service) Close() { s.hub.close() }
+
+// Request is one RL.LEASE.
+type Request struct {
+	Name    string
+	Client  string // connection name (MODE PER_CLIENT)
+	Permits int64
+	TTL     time.Duration // 0: the limiter's lease TTL
+	MaxWait time.Duration // 0: decide now
+	Block   bool          // wait until granted
+}
+
+// Result is RL.LEASE's answer.
+type Result struct {
+	Granted      bool
+	Remaining    int64 // free permits afterwards (on the sub-limiter asked)
+	RetryAfterMs int64 // denied: until the earliest lease expires
+	ID           string
+}
+
+// NotConcurrencyError: a lease command on a rate limiter.
+type NotConcurrencyError struct {
+	Name string
+	Algo limiter.Algo
+}
+
+func (e *NotConcurrencyError) Error() string {
+	return fmt.Sprintf("'%s' is a %s limiter, not a concurrency limiter (RL.LEASE needs ALGO concurrency; take permits with RL.ACQUIRE)", e.Name, e.Algo)
+}
+
+// OverLimitError: a lease asks for more permits than a sub-limiter holds.
+type OverLimitError struct {
+	Name           string
+	Permits, Limit int64
+}
+
+func (e *OverLimitError) Error() string {
+	return fmt.Sprintf("%d permits is more than the limit of '%s' (%d at once); a lease can never get them", e.Permits, e.Name, e.Limit)
+}
+
+// sub is one sub-limiter of a concurrency limiter, as one call sees it.
+type sub struct {
+	name  string
+	shard int
+	node  *backend.Node
+	keys  []string
+	epoch string
+}
+
+func (s *Service) place(ctx context.Context, name, client string, fresh bool) (ratelimit.Placed, error) {
+	p, err := s.look.Lookup(ctx, name, client, fresh)
+	if err != nil {
+		return p, err
+	}
+	if p.Algo != limiter.Concurrency {
+		return p, &NotConcurrencyError{Name: name, Algo: p.Algo}
+	}
+	return p, nil
+}
+
+func (s *Service) sub(p ratelimit.Placed, name string, shard int) sub {
+	return sub{name: name, shard: shard, node: p.Nodes[shard], epoch: p.Epoch,
+		keys: s.keys.Script(limiter.Concurrency, name, shard, p.Epoch, p.ClientKey)}
+}
+
+// channel is the Pub/Sub channel of a sub-limiter's waiters.
+func (s *Service) channel(name string, shard int) string {
+	return s.keys.Config(name, shard) + ":w"
+}
+
+// errChanged: the limiter's config or state was replaced; reload and retry.
+var errChanged = errors.New("limiter changed")
+
+// call runs one op on a sub-limiter. It is not cut short by ctx (a reply
+// that granted a lease must be read, or the lease could not be given
+// back): it is bounded by the node's timeout instead.
+func (s *Service) call(ctx context.Context, b sub, op limiter.Op, args []any) (limiter.LeaseReply, error) {
+	v, err := b.node.Eval(context.WithoutCancel(ctx), s.script, b.keys, args...)
+	if err != nil {
+		return limiter.LeaseReply{}, err
+	}
+	r, err := limiter.DecodeLease(v, op)
+	if err != nil {
+		return r, err
+	}
+	switch r.Status {
+	case limiter.StatusNoLimiter:
+		return r, errChanged // the reload finds out whether it is gone
+	case limiter.StatusEpochChange:
+		return r, errChanged
+	}
+	return r, nil
+}
+
+// retry runs f with the limiter's placement, reloading it when a script
+// says it changed (at most three times).
+func (s *Service) retry(ctx context.Context, name, client string, f func(p ratelimit.Placed) error) error {
+	for attempt := 0; ; attempt++ {
+		p, err := s.place(ctx, name, client, attempt > 0)
+		if err != nil {
+			return err
+		}
+		if err = f(p); !errors.Is(err, errChanged) {
+			return err
+		}
+		if attempt >= 2 {
+			return fmt.Errorf("limiter '%s' keeps changing; try again", name)
+		}
+	}
+}
+
+// Lease takes r.Permits permits for r.TTL, waiting up to r.MaxWait (or
+// until granted with r.Block) in arrival order. ctx ends when the client
+// disconnects (or the proxy shuts down: the error is ctx's cause): a
+// waiter then leaves the queue, and a lease granted at that very moment is
+// given back.
+func (s *Service) Lease(ctx context.Context, r Request) (Result, error) {
+	if r.Permits <= 0 {
+		r.Permits = 1
+	}
+	if r.MaxWait > 0 || r.Block {
+		return s.wait(ctx, r)
+	}
+	var res Result
+	err := s.retry(ctx, r.Name, r.Client, func(p ratelimit.Placed) error {
+		// Every shard holds an exact share: try them all, from a random one.
+		first := rand.IntN(p.Shards)
+		res = Result{}
+		for i := 0; i < p.Shards; i++ {
+			b := s.sub(p, r.Name, (first+i)%p.Shards)
+			id := limiter.NewLeaseID(b.shard, r.Permits)
+			rep, err := s.call(ctx, b, limiter.OpLease, limiter.LeaseArgs(b.epoch, r.Permits, r.TTL, id, "", 0))
+			if err != nil {
+				return err
+			}
+			if rep.Granted == 1 {
+				res = Result{Granted: true, Remaining: rep.Free, ID: id}
+				return nil
+			}
+			if rep.Granted < 0 {
+				return overLimit(p, r)
+			}
+			if i == 0 || usToMs(rep.RetryAfterUs) < res.RetryAfterMs {
+				res.Remaining, res.RetryAfterMs = rep.Free, usToMs(rep.RetryAfterUs)
+			}
+		}
+		return nil
+	})
+	return res, err
+}
+
+// overLimit is the error of a lease the script found over its
+// sub-limiter's share of the limit (the script, reading the config in
+// force, is the judge: a cached config may be old).
+func overLimit(p ratelimit.Placed, r Request) error {
+	return &OverLimitError{Name: r.Name, Permits: r.Permits, Limit: p.Capacity()}
+}
+
+// wait is a Lease that may wait: it queues on one sub-limiter (picked at
+// random when sharded) and asks again when woken, when the earliest lease
+// expires (first local waiter only), to keep its ticket, and once more at
+// its deadline.
+func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
+	if n := s.waiters.Add(1); s.opts.MaxWaiters > 0 && n > int64(s.opts.MaxWaiters) {
+		s.waiters.Add(-1)
+		return Result{}, ratelimit.ErrTooManyWaiters{Max: s.opts.MaxWaiters}
+	}
+	defer s.waiters.Add(-1)
+	deadline := time.Now().Add(r.MaxWait)
+	if r.Block {
+		deadline = time.Time{}
+	}
+	p, err := s.place(ctx, r.Name, r.Client, false)
+	if err != nil {
+		return Result{}, err
+	}
+	shard := rand.IntN(p.Shards)
+	node, channel := p.Nodes[shard], s.channel(r.Name, shard)
+	w := &waiter{ticket: limiter.NewTicket(), wake: make(chan struct{}, 1)}
+	subscribed := s.hub.join(node, channel, w)
+	var queued *sub // where the ticket may be queued
+	defer func() {
+		s.hub.leave(node, channel, w)
+		if queued != nil {
+			// Leave the queue (so those behind move up); on failure the
+			// ticket lapses by its deadline.
+			_, _ = s.call(ctx, *queued, limiter.OpCancel, limiter.CancelArgs(queued.epoch, w.ticket, r.Permits))
+		}
+	}()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for attempt := 0; ; {
+		b := s.sub(p, r.Name, shard)
+		if p.Shards != len(p.Nodes) || b.node != node {
+			// The limiter was resharded or moved: start over on it.
+			return s.waitAgain(ctx, r, deadline)
+		}
+		id := limiter.NewLeaseID(shard, r.Permits)
+		rest := left(deadline)
+		last := rest <= 0
+		ticket := w.ticket
+		if last && queued == nil {
+			ticket = "" // a final try not queued yet does not queue
+		}
+		rep, err := s.call(ctx, b, limiter.OpLease, limiter.LeaseArgs(b.epoch, r.Permits, r.TTL, id, ticket, min(rest, s.opts.Refresh)+2*s.opts.Refresh))
+		if errors.Is(err, errChanged) {
+			if attempt++; attempt > 3 {
+				return Result{}, fmt.Errorf("limiter '%s' keeps changing; try again", r.Name)
+			}
+			if queued != nil {
+				_, _ = s.call(ctx, *queued, limiter.OpCancel, limiter.CancelArgs(queued.epoch, w.ticket, r.Permits))
+				queued = nil
+			}
+			if p, err = s.place(ctx, r.Name, r.Client, true); err != nil {
+				return Result{}, err
+			}
+			if shard >= p.Shards {
+				return s.waitAgain(ctx, r, deadline)
+			}
+			continue
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		attempt = 0
+		if rep.Granted == 1 {
+			queued = nil // the grant took the ticket out of the queue
+			if ctx.Err() != nil {
+				// The client left while the grant was on its way: give it back.
+				_, _ = s.call(ctx, b, limiter.OpReturn, limiter.ReturnArgs(b.epoch, id))
+				return Result{}, context.Cause(ctx)
+			}
+			return Result{Granted: true, Remaining: rep.Free, ID: id}, nil
+		}
+		if rep.Granted < 0 {
+			return Result{}, overLimit(p, r)
+		}
+		if last {
+			return Result{Remaining: rep.Free, RetryAfterMs: usToMs(rep.RetryAfterUs)}, nil
+		}
+		queued = &b
+		if subscribed != nil {
+			// Not subscribed when it asked: ask again once subscribed.
+			select {
+			case <-subscribed:
+			case <-ctx.Done():
+				return Result{}, context.Cause(ctx)
+			}
+			subscribed = nil
+			continue
+		}
+		sleep := min(rest, s.opts.Refresh)
+		if rep.Free < r.Permits && s.hub.head(node, channel, w) {
+			// Too few permits free: the first local waiter also wakes when
+			// the earliest lease expires (nobody may return anything).
+			// With enough free, waiters queued ahead hold it back: the
+			// queue moving wakes it.
+			sleep = min(sleep, time.Duration(rep.RetryAfterUs)*time.Microsecond)
+		}
+		if timer == nil {
+			timer = time.NewTimer(sleep)
+		} else {
+			timer.Reset(sleep)
+		}
+		select {
+		case <-ctx.Done():
+			return Result{}, context.Cause(ctx)
+		case <-w.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// waitAgain restarts a wait whose sub-limiter went away, with what is
+// left of its wait.
+func (s *Service) waitAgain(ctx context.Context, r Request, deadline time.Time) (Result, error) {
+	if !r.Block {
+		r.MaxWait = max(time.Millisecond, time.Until(deadline))
+	}
+	return s.wait(ctx, r)
+}
+
+// left is the wait allowed from now until deadline (zero deadline: a day,
+// asked again).
+func left(deadline time.Time) time.Duration {
+	if deadline.IsZero() {
+		return 24 * time.Hour
+	}
+	return time.Until(deadline)
+}
+
+// Return gives a lease back; it reports whether the lease was held.
+func (s *Service) Return(ctx context.Context, name, client, id string) (bool, error) {
+	return s.onLease(ctx, name, client, id, limiter.OpReturn, func(epoch string) []any {
+		return limiter.ReturnArgs(epoch, id)
+	})
+}
+
+// Renew extends a held lease to ttl from now (0: the limiter's lease
+// TTL); it reports whether the lease was held.
+func (s *Service) Renew(ctx context.Context, name, client, id string, ttl time.Duration) (bool, error) {
+	return s.onLease(ctx, name, client, id, limiter.OpRenew, func(epoch string) []any {
+		return limiter.RenewArgs(epoch, id, ttl)
+	})
+}
+
+func (s *Service) onLease(ctx context.Context, name, client, id string, op limiter.Op, args func(epoch string) []any) (bool, error) {
+	shard, ok := limiter.LeaseShard(id)
+	held := false
+	err := s.retry(ctx, name, client, func(p ratelimit.Placed) error {
+		if !ok || shard >= p.Shards {
+			return nil // not a lease of this limiter
+		}
+		b := s.sub(p, name, shard)
+		rep, err := s.call(ctx, b, op, args(b.epoch))
+		held = rep.Granted == 1
+		return err
+	})
+	return held, err
+}
+
+// Changed wakes every waiter on a limiter, in every proxy: its config or
+// state was replaced (RL.SETRATE, RL.RESET, RL.DEL), so they are decided
+// again at once. shards is the limiter's shard count.
+func (s *Service) Changed(ctx context.Context, name string, shards int) {
+	for shard, n := range s.look.Nodes(name, max(1, shards)) {
+		ch := s.channel(name, shard)
+		s.hub.wakeAll(n, ch) // this proxy's at once
+		if c, ok := n.Client().(interface {
+			Publish(ctx context.Context, channel string, message any) *redis.IntCmd
+		}); ok {
+			_ = c.Publish(ctx, ch, "*").Err()
+		}
+	}
+}
+
+// Info returns the INFO lines of leases.
+// Waiting is the number of clients waiting in RL.LEASE now.
+func (s *Service) Waiting() int64 { return s.waiters.Load() }
+
+func usToMs(us int64) int64 { return (us + 999) / 1000 }

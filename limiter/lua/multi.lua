@@ -1,0 +1,85 @@
+-- multi.lua: the limits of one limiter, decided together (RL.SETRATE key
+-- rate interval [LIMIT rate interval]...). Built after an algorithm file
+-- wrapped as new_limit(rate, interval, burst, KEYS) (see scripts.go), so
+-- each limit is one instance of the algorithm with its own state keys; it
+-- defines for epilogue.lua the functions of the one limiter they make.
+--
+-- KEYS[2..]  the state keys of the first limit, then those of each extra
+--            limit in order, the same number for each
+-- conf[6]    sub_limits: "sub_rate:interval_ms,..." of the extra limits
+--            (this sub-limiter's share of each), or nil
+--
+-- A request is granted only when every limit grants it, and then takes
+-- its permits from each (a limit that granted while another denied is
+-- given them back: all or nothing). remaining is the least over the
+-- limits, retry_after the latest (when every limit would have room; for a
+-- reservation, when the last booking holds), reset_after the latest.
+local limits = {}
+do
+  local specs = {{rate, interval, burst}}
+  for r, iv in string.gmatch(conf[6] or '', '(%d+):(%d+)') do
+    specs[#specs + 1] = {tonumber(r), tonumber(iv) * 1000, tonumber(r)}
+  end
+  local per = (#KEYS - 1) / #specs
+  if per < 1 or per ~= math.floor(per) then
+    -- The caller named the keys of another number of limits: its config
+    -- is out of date. Status 2 makes it read the config again.
+    return {2, conf[1]}
+  end
+  for i, s in ipairs(specs) do
+    local keys = {KEYS[1]}
+    for j = 1, per do keys[j + 1] = KEYS[1 + (i - 1) * per + j] end
+    limits[i] = new_limit(s[1], s[2], s[3], keys)
+  end
+end
+
+local capacity = math.huge
+for _, l in ipairs(limits) do capacity = math.min(capacity, l.capacity) end
+if #limits == 1 then try_run = limits[1].try_run end
+
+local function load()
+  for _, l in ipairs(limits) do l.load() end
+end
+
+local function save()
+  for _, l in ipairs(limits) do l.save() end
+end
+
+local function available()
+  local a = math.huge
+  for _, l in ipairs(limits) do a = math.min(a, l.available()) end
+  return a
+end
+
+local function give(n)
+  for _, l in ipairs(limits) do l.give(n) end
+end
+
+local function try(n, wait_us)
+  if #limits == 1 then return limits[1].try(n, wait_us) end
+  local all, retry = true, 0
+  local granted = {}
+  for i, l in ipairs(limits) do
+    local g, _, r = l.try(n, wait_us)
+    granted[i] = g == 1
+    all = all and granted[i]
+    retry = math.max(retry, r)
+  end
+  if not all then
+    for i, l in ipairs(limits) do
+      if granted[i] then l.give(n) end
+    end
+  end
+  local reset = 0
+  for _, l in ipairs(limits) do reset = math.max(reset, l.reset_us()) end
+  return all and 1 or 0, available(), retry, reset
+end
+
+local function charge(n)
+  local remaining, reset = math.huge, 0
+  for _, l in ipairs(limits) do
+    local rem, r = l.charge(n)
+    remaining, reset = math.min(remaining, rem), math.max(reset, r)
+  end
+  return remaining, reset
+end

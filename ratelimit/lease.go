@@ -1,0 +1,32 @@
+package ratelimit
+
+import (
+	"context"
+
+	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/limiter"
+)
+
+// Placed is a limiter's config with where its sub-limiters live, as the
+// lease service needs it.
+type Placed struct {
+	limiter.Stored
+	Nodes     []*backend.Node // per shard, its node
+	ClientKey string          // the state-key suffix of the caller's budget ("" when shared)
+}
+
+// Lookup returns a limiter's config and the node of each of its shards,
+// from the config cache unless fresh is set (after a script said the
+// epoch changed). A limiter that does not exist is a *NoLimiterError.
+// The lease service (package lease) finds its sub-limiters through it.
+func (l *Limiters) Lookup(ctx context.Context, name, client string, fresh bool) (Placed, error) {
+	e, err := l.config(ctx, name, fresh)
+	if err != nil {
+		return Placed{}, err
+	}
+	l.keepAlive(ctx, name, e)
+	return Placed{Stored: e.Stored, Nodes: e.nodes, ClientKey: clientKey(&e.Stored, client)}, nil
+}
+
+// Nodes returns the node of each shard of a limiter of that many shards.
+func (l *Limiters) Nodes(name string, shards int) []*backend.Node { return l.nodes(name, shards) }
