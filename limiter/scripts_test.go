@@ -970,7 +970,8 @@ func TestClockIsRedisTime(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 
-	tb := r.create(t, "clock-tb", tokenBucket(10, time.Second, 10))
+	// Slow rates: the state must outlive a loaded machine's pause before it is read.
+	tb := r.create(t, "clock-tb", tokenBucket(10, time.Minute, 10))
 	before := r.redisMs(t)
 	tb.take(1)
 	after := r.redisMs(t)
@@ -985,7 +986,7 @@ func TestClockIsRedisTime(t *testing.T) {
 	}
 	within(t, "token bucket timestamp", int64(us/1000), span{before, after})
 
-	sl := r.create(t, "clock-sl", slidingLog(10, time.Second))
+	sl := r.create(t, "clock-sl", slidingLog(10, time.Minute))
 	before = r.redisMs(t)
 	sl.take(1)
 	after = r.redisMs(t)
