@@ -233,6 +233,6 @@ say "bench: results in $OUT/, chart in $CHART"
 
 if [ "${BENCH_GO:-1}" = 1 ]; then
 	say "bench: Go benchmarks of the hot paths (go test -bench, allocations reported)"
-	$GO test -run='^$' -bench=. -benchmem -benchtime=200ms ./server ./commands ./limiter ./backend ./sharding |
+	$GO test -run='^$' -bench=. -benchmem -benchtime=200ms ./server ./commands ./limiter ./backend ./sharding ./ratelimit |
 		tee "$OUT/go-bench.txt"
 fi
