@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rlproxy/rlproxy/limiter"
 )
 
 // Config is rlproxy's complete configuration.
@@ -222,8 +221,13 @@ const (
 )
 
 // maxShards bounds default_shards, max_auto_shards and max_probes: the
-// largest shard count a limiter may have, defined once, in package limiter.
-const maxShards = limiter.MaxShards
+// largest shard count a limiter may have. It is limiter.MaxShards, written
+// out because config imports nothing of rlproxy's (a test in
+// internal/proxy keeps the two equal).
+const maxShards = 1024
+
+// MaxShards is maxShards, for that test.
+const MaxShards = maxShards
 
 // Validate checks every key and returns nil or an error listing each
 // problem on its own line, each naming the offending key.
