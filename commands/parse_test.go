@@ -277,7 +277,7 @@ func TestParseSetRate(t *testing.T) {
 }
 
 func TestParseSetRateErrors(t *testing.T) {
-	const unknownOpt = " (expected LIMIT, ALGO, BURST, SHARDS, MODE, TTL, NX or KEEPSTATE)"
+	const unknownOpt = " (expected LIMIT, ALGO, BURST, SHARDS, MODE, TTL, NX, KEEPSTATE or SHADOW)"
 	const algos = " (expected one of token-bucket, sliding-log, sliding-window, fixed-window, leaky-bucket, concurrency)"
 	tests := []struct {
 		args []string

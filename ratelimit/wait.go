@@ -51,6 +51,12 @@ func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Dura
 	if st.Algo == limiter.Concurrency {
 		return limiter.Result{}, limiter.ErrLeaseOnly{Name: r.Name}
 	}
+	if st.Shadow {
+		// A dry run never waits or books ahead: a request that would wait
+		// is answered at once as a shadow denial (retry_after_ms > 0).
+		r.MaxWait = 0
+		return l.Acquire(ctx, r)
+	}
 	if st.Algo.Reserves() {
 		return l.reserve(ctx, r, st, deadline)
 	}
