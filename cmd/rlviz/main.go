@@ -1,11 +1,11 @@
 // Command rlviz draws docs/algorithms.svg: how each of rlproxy's five
 // algorithms, and a limiter with two limits, answers the same bursty
-// load. It starts a redis-server on a free loopback port (or, when redis-server is not on PATH, the embedded
-// in-memory backend) and an rlproxy in this process, creates one limiter
-// per algorithm at 10 permits per second, sends every limiter the same
-// requests at the same moments (about seven seconds of real time),
-// records when each was granted or denied, and writes the SVG by hand, so
-// drawing it needs nothing but Go.
+// load. It starts a redis-server on a free loopback port (or, when
+// redis-server is not on PATH, the embedded in-memory backend) and an
+// rlproxy in this process, creates one limiter per row at 10 permits per
+// second, sends every limiter the same requests at the same moments
+// (about seven seconds of real time), records when each was granted or
+// denied, and writes the SVG by hand, so drawing it needs nothing but Go.
 //
 // Regenerate the picture after a change to an algorithm or to waiting:
 //
