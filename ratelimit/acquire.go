@@ -209,24 +209,31 @@ func (l *Limiters) full(ctx context.Context, r Request, from *tried) Outcome {
 // denial becomes a grant here (limiter.Result.Shadowed) — after probing,
 // so a sharded shadow limiter counts a request that some shard grants as
 // granted, not denied — and the outcome is counted in the stats, with the
-// backend error policy applied.
+// backend error policy applied (a dry run never denies, not even when
+// that policy fails closed).
 func (l *Limiters) final(o Outcome, shadow bool) Outcome {
-	if shadow && o.Err == nil {
-		o.Result = o.Result.Shadowed()
-	}
-	switch {
-	case o.Err == nil && o.ShadowDenied:
-		l.stats.Granted.Add(1)
-		l.stats.ShadowDenied.Add(1)
-	case o.Err == nil && o.Granted:
-		l.stats.Granted.Add(1)
-	case o.Err == nil:
-		l.stats.Denied.Add(1)
-	default:
+	if o.Err != nil {
 		l.stats.Errors.Add(1)
 		if errors.Is(o.Err, backend.ErrUnavailable) {
 			o.Result, o.Err = l.onBackendError(o.Err)
+			if shadow && o.Err == nil {
+				o.Result = o.Result.Shadowed()
+				o.ShadowDenied = false // not a decision of the limiter
+			}
 		}
+		return o
+	}
+	if shadow {
+		o.Result = o.Result.Shadowed()
+	}
+	switch {
+	case o.ShadowDenied:
+		l.stats.Granted.Add(1)
+		l.stats.ShadowDenied.Add(1)
+	case o.Granted:
+		l.stats.Granted.Add(1)
+	default:
+		l.stats.Denied.Add(1)
 	}
 	return o
 }
