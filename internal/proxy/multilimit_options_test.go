@@ -72,6 +72,14 @@ func TestMultiLimitOptions(t *testing.T) {
 		if granted != 2 {
 			t.Errorf("granted %d of a daily limit of 2", granted)
 		}
+		// A charge is split like every limit: 2 on each shard, past the
+		// daily limit's zero on both.
+		if r := b.Do(t, "RL.CHARGE", "mls", 4).OK().([]any); r[0] != int64(1) || r[1] != int64(-4) {
+			t.Errorf("RL.CHARGE mls 4 = %v, want [1 -4 ...]", r)
+		}
+		a.Do(t, "RL.AVAILABLE", "mls").Equal(int64(0))
+		a.Do(t, "RL.RELEASE", "mls", 4).Equal(int64(0)) // pays the debt back first
+		a.Do(t, "RL.RELEASE", "mls", 2).Equal(int64(2))
 	})
 
 	t.Run("TTL", func(t *testing.T) {
