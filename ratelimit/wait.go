@@ -89,8 +89,8 @@ func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline ti
 		o = l.AcquireAll(ctx, []Request{r})[0]
 		res, shard, err = o.Result, o.shard, o.Err
 	}
-	if err != nil || res.RetryAfterMs == 0 {
-		return res, err
+	if err != nil || res.RetryAfterMs == 0 || res.ShadowDenied {
+		return res, err // a shadow denial (the limiter turned SHADOW meanwhile) booked nothing
 	}
 	if err := sleep(ctx, time.Duration(res.RetryAfterMs)*time.Millisecond); err != nil {
 		// Nobody will use these permits: hand them back.
