@@ -50,7 +50,8 @@ fuzz:
 bench: deps
 	GO=$(GO) bash scripts/bench.sh
 
-# The README's picture of the five algorithms under one bursty load: about
+# The README's picture of the five algorithms (and a limiter with two
+# limits) under one bursty load: about
 # 7 s of real time on a throwaway redis-server (the embedded backend when
 # redis-server is not installed). See cmd/rlviz.
 .PHONY: chart-algorithms

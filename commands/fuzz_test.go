@@ -71,6 +71,9 @@ var setRateSeeds = []string{
 	"k 10 1s KEEPSTATE",
 	"k 10 1s NX KEEPSTATE",
 	"k 10 1s NX NX",
+	"k 10 1s SHADOW",
+	"k 10 1s shadow SHADOW",
+	"k 10 1s LIMIT 100 1d SHADOW KEEPSTATE",
 	"k 10 1s ALGO",
 	"k 10 1s FOO bar",
 	"k 10 1s ALGO token-bucket BURST 100 SHARDS 10 MODE OVERALL TTL 10m KEEPSTATE",
@@ -189,6 +192,9 @@ func checkSetRate(t *testing.T, args []string, o Options, r SetRate) {
 	}
 	if r.KeepState {
 		again = append(again, "keepstate")
+	}
+	if c.Shadow {
+		again = append(again, "Shadow")
 	}
 	r2, err := ParseSetRate(again, o)
 	if err != nil || r2 != r {

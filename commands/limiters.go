@@ -29,6 +29,7 @@ func Limiters(l *ratelimit.Limiters, o Options) []Command {
 				{Name: "condition", Type: "oneof", Optional: true, Args: []Arg{
 					{Name: "nx", Type: "pure-token", Token: "NX"},
 					{Name: "keepstate", Type: "pure-token", Token: "KEEPSTATE"}}},
+				{Name: "shadow", Type: "pure-token", Token: "SHADOW", Optional: true},
 			},
 			Handler: h.setRate,
 		},
@@ -189,6 +190,9 @@ func (h *handlers) getRate(ctx context.Context, _ Caller, args []string) (any, e
 		"shards", int64(cfg.Shards),
 		"mode", string(cfg.Mode),
 		"ttl_ms", cfg.TTL.Milliseconds(),
+	}
+	if cfg.Shadow {
+		m = append(m, "shadow", int64(1)) // like limits: only when set
 	}
 	if len(cfg.Limits.List()) > 0 {
 		m = append(m, "limits", limitPairs(cfg.Limits))

@@ -210,6 +210,11 @@ func TestParseSetRate(t *testing.T) {
 		{line: "k 10 1s nx", want: base, nx: true},
 		{line: "k 10 1s KEEPSTATE", want: base, keep: true},
 		{line: "k 10 1s keepstate", want: base, keep: true},
+		{line: "k 10 1s SHADOW", want: with(func(c *limiter.Config) { c.Shadow = true })},
+		{line: "k 10 1s shadow KEEPSTATE", want: with(func(c *limiter.Config) { c.Shadow = true }), keep: true},
+		{line: "k 10 1s SHADOW NX LIMIT 100 1d", want: with(func(c *limiter.Config) {
+			c.Shadow, c.Limits[0] = true, limiter.Limit{Rate: 100, Interval: 24 * time.Hour}
+		}), nx: true},
 		{line: "k 100 1m ALGO leaky-bucket BURST 50 SHARDS 5 MODE PER_CLIENT TTL 1d KEEPSTATE",
 			want: limiter.Config{Algo: limiter.LeakyBucket, Rate: 100, Interval: time.Minute, Burst: 50,
 				Shards: 5, Mode: limiter.PerClient, TTL: 24 * time.Hour}, keep: true},
@@ -277,7 +282,7 @@ func TestParseSetRate(t *testing.T) {
 }
 
 func TestParseSetRateErrors(t *testing.T) {
-	const unknownOpt = " (expected LIMIT, ALGO, BURST, SHARDS, MODE, TTL, NX or KEEPSTATE)"
+	const unknownOpt = " (expected LIMIT, ALGO, BURST, SHARDS, MODE, TTL, NX, KEEPSTATE or SHADOW)"
 	const algos = " (expected one of token-bucket, sliding-log, sliding-window, fixed-window, leaky-bucket, concurrency)"
 	tests := []struct {
 		args []string
@@ -319,6 +324,7 @@ func TestParseSetRateErrors(t *testing.T) {
 		{args: words("RL.SETRATE k 10 1s MODE"), err: "syntax error: option MODE needs a value"},
 		{args: words("RL.SETRATE k 10 1s TTL"), err: "syntax error: option TTL needs a value"},
 		{args: words("RL.SETRATE k 10 1s NX KEEPSTATE"), err: "syntax error: NX and KEEPSTATE cannot be combined"},
+		{args: words("RL.SETRATE k 10 1s SHADOW shadow"), err: "syntax error: option SHADOW given twice"},
 		{args: words("RL.SETRATE k 10 1s keepstate TTL 1s nx"), err: "syntax error: NX and KEEPSTATE cannot be combined"},
 
 		{args: words("RL.SETRATE k 10 1s ALGO gcra"), err: "unknown algorithm 'gcra'" + algos},

@@ -75,7 +75,7 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 		}
 		k := optionIndex(args[i])
 		if k < 0 {
-			return SetRate{}, fmt.Errorf("syntax error: unknown option %s (expected LIMIT, ALGO, BURST, SHARDS, MODE, TTL, NX or KEEPSTATE)", quote(args[i]))
+			return SetRate{}, fmt.Errorf("syntax error: unknown option %s (expected LIMIT, ALGO, BURST, SHARDS, MODE, TTL, NX, KEEPSTATE or SHADOW)", quote(args[i]))
 		}
 		opt := setRateOptions[k]
 		if seen[k] {
@@ -88,6 +88,9 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 			continue
 		case "KEEPSTATE":
 			r.KeepState = true
+			continue
+		case "SHADOW":
+			r.Config.Shadow = true
 			continue
 		}
 		if i+1 >= len(args) {
@@ -159,8 +162,8 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 }
 
 // setRateOptions are RL.SETRATE's options after rate and interval, in
-// any case; NX and KEEPSTATE take no value.
-var setRateOptions = [...]string{"ALGO", "BURST", "SHARDS", "MODE", "TTL", "NX", "KEEPSTATE"}
+// any case; NX, KEEPSTATE and SHADOW take no value.
+var setRateOptions = [...]string{"ALGO", "BURST", "SHARDS", "MODE", "TTL", "NX", "KEEPSTATE", "SHADOW"}
 
 // optionIndex finds opt in setRateOptions, or returns -1.
 func optionIndex(opt string) int {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"reflect"
 	"testing"
+
+	"github.com/rlproxy/rlproxy/limiter"
 )
 
 func testCommands() []Command {
@@ -121,6 +123,31 @@ func TestDocs(t *testing.T) {
 	}}
 	if got := c.Docs(); !reflect.DeepEqual(got, want) {
 		t.Errorf("RL.X Docs() =\n %#v\nwant %#v", got, want)
+	}
+}
+
+// Every option RL.SETRATE parses is in its COMMAND DOCS, and no other.
+func TestSetRateOptionsDocumented(t *testing.T) {
+	tokens := map[string]bool{}
+	var walk func([]Arg)
+	walk = func(args []Arg) {
+		for _, a := range args {
+			if a.Token != "" {
+				tokens[a.Token] = true
+			}
+			walk(a.Args)
+		}
+	}
+	walk(NewTable(Limiters(nil, opts)).Lookup("RL.SETRATE").Args)
+	want := append([]string{"LIMIT"}, setRateOptions[:]...)
+	for _, o := range want {
+		if !tokens[o] {
+			t.Errorf("RL.SETRATE's COMMAND DOCS lack %s", o)
+		}
+	}
+	// The value tokens of ALGO and MODE are documented too.
+	if n := len(tokens) - len(want) - len(limiter.Algos) - 2; n != 0 {
+		t.Errorf("RL.SETRATE's COMMAND DOCS have %d tokens it does not parse: %v", n, tokens)
 	}
 }
 

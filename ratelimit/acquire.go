@@ -145,7 +145,7 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 	shard := int(rand.Uint64() % uint64(e.Shards))
 	if e.Shards == 1 {
 		if res, ok := l.cachedDenial(r, e, shard); ok {
-			return firstTry{}, l.count(Outcome{Result: res}), answered
+			return firstTry{}, l.final(Outcome{Result: res}, e.Shadow), answered
 		}
 	}
 	rt := l.route(e, shard, r.Client)
@@ -174,7 +174,7 @@ func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce
 			// goroutine: it has others to answer.
 			go l.giveBack(t.e, r, t.shard) //nolint:errcheck
 		}
-		return l.count(Outcome{Result: a.Result, shard: t.shard}), true, nil
+		return l.final(Outcome{Result: a.Result, shard: t.shard}, t.e.Shadow), true, nil
 	case missing, reload:
 		return Outcome{}, false, nil // the full path sorts it out
 	}
@@ -185,7 +185,7 @@ func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce
 		from.denied.Add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
 		return Outcome{}, false, from
 	}
-	return l.count(Outcome{Result: a.Result}), true, nil
+	return l.final(Outcome{Result: a.Result}, t.e.Shadow), true, nil
 }
 
 // tried is a first try that was denied: the full path goes on probing
@@ -200,23 +200,40 @@ type tried struct {
 // full decides r on the full path, probing on from a denied first try
 // when there was one.
 func (l *Limiters) full(ctx context.Context, r Request, from *tried) Outcome {
-	res, shard, err := l.acquire(ctx, r, from)
-	return l.count(Outcome{Result: res, Err: err, shard: shard})
+	res, shard, shadow, err := l.acquire(ctx, r, from)
+	return l.final(Outcome{Result: res, Err: err, shard: shard}, shadow)
 }
 
-// count records an outcome in the stats and applies the backend error
-// policy to it.
-func (l *Limiters) count(o Outcome) Outcome {
-	switch {
-	case o.Err == nil && o.Granted:
-		l.stats.Granted.Add(1)
-	case o.Err == nil:
-		l.stats.Denied.Add(1)
-	default:
+// final is the one last step of every acquire's outcome, however it was
+// decided (a first try, probing, the deny cache): a SHADOW limiter's
+// denial becomes a grant here (limiter.Result.Shadowed) — after probing,
+// so a sharded shadow limiter counts a request that some shard grants as
+// granted, not denied — and the outcome is counted in the stats, with the
+// backend error policy applied (a dry run never denies, not even when
+// that policy fails closed).
+func (l *Limiters) final(o Outcome, shadow bool) Outcome {
+	if o.Err != nil {
 		l.stats.Errors.Add(1)
 		if errors.Is(o.Err, backend.ErrUnavailable) {
 			o.Result, o.Err = l.onBackendError(o.Err)
+			if shadow && o.Err == nil {
+				o.Result = o.Result.Shadowed()
+				o.ShadowDenied = false // not a decision of the limiter
+			}
 		}
+		return o
+	}
+	if shadow {
+		o.Result = o.Result.Shadowed()
+	}
+	switch {
+	case o.ShadowDenied:
+		l.stats.Granted.Add(1)
+		l.stats.ShadowDenied.Add(1)
+	case o.Granted:
+		l.stats.Granted.Add(1)
+	default:
+		l.stats.Denied.Add(1)
 	}
 	return o
 }
@@ -233,21 +250,22 @@ func (l *Limiters) onBackendError(err error) (limiter.Result, error) {
 }
 
 // acquire is the full path of one request: config (reloaded when it
-// changed), capacity, shards in probe order, repairs.
-func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (limiter.Result, int, error) {
+// changed), capacity, shards in probe order, repairs. shadow says whether
+// the config that decided is a SHADOW one (final applies it).
+func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (res limiter.Result, shard int, shadow bool, err error) {
 	for attempt := 0; ; attempt++ {
 		e, err := l.config(ctx, r.Name, attempt > 0)
 		if err != nil {
-			return limiter.Result{}, 0, err
+			return limiter.Result{}, 0, false, err
 		}
 		if e.Algo == limiter.Concurrency {
-			return limiter.Result{}, 0, limiter.ErrLeaseOnly{Name: r.Name}
+			return limiter.Result{}, 0, false, limiter.ErrLeaseOnly{Name: r.Name}
 		}
 		if c := e.Capacity(); r.Permits > c {
 			if attempt == 0 {
 				continue // the cached config may be old: check the current one
 			}
-			return limiter.Result{}, 0, &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: c}
+			return limiter.Result{}, 0, false, &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: c}
 		}
 		l.keepAlive(ctx, r.Name, e)
 		if from != nil && from.e != e {
@@ -263,7 +281,7 @@ func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (limiter
 			l.forget(r.Name)
 			continue
 		}
-		return res, shard, err
+		return res, shard, e.Shadow, err
 	}
 }
 

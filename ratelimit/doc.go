@@ -11,7 +11,9 @@
 // requests, each decided through the same steps (config, capacity, deny
 // cache, first try in a coalesced batch, one decide step reading every
 // answer, probing on from the shard tried, repair and reload on a config
-// change), each outcome reported through a callback. A lone request is a
+// change, and one final step — SHADOW and the counters — for every
+// outcome however it was decided), each outcome reported through a
+// callback. A lone request is a
 // batch of one; Acquire and AcquireAll are thin wrappers that wait for the
 // callbacks, and AcquireWait (TIMEOUT/BLOCK) is built on them.
 package ratelimit

@@ -55,6 +55,7 @@ type Limiters struct {
 // counters count decisions as they are made.
 type counters struct {
 	Granted, Denied, Errors, CachedDenials atomic.Int64
+	ShadowDenied                           atomic.Int64 // of Granted, denied by a SHADOW limiter
 }
 
 // maxGather bounds how long a sub-limiter's follow-up batch waits for
@@ -82,9 +83,13 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 // stats table).
 type Stats struct {
 	Granted, Denied, Errors int64
-	DeniedFromCache         int64 // of Denied, answered by the deny cache
-	WaitingClients          int64 // waiting (TIMEOUT/BLOCK) now
-	CachedDenials           int64 // held by the deny cache now
+	DeniedFromCache         int64 // of Denied (and ShadowDenied), answered by the deny cache
+	// ShadowDenied: of Granted, the requests a SHADOW limiter denied (and
+	// granted anyway); a shadow denial answered from the deny cache is
+	// counted here and in DeniedFromCache.
+	ShadowDenied   int64
+	WaitingClients int64 // waiting (TIMEOUT/BLOCK) now
+	CachedDenials  int64 // held by the deny cache now
 }
 
 // Stats returns the limiters' figures now.
@@ -94,6 +99,7 @@ func (l *Limiters) Stats() Stats {
 		Denied:          l.stats.Denied.Load(),
 		Errors:          l.stats.Errors.Load(),
 		DeniedFromCache: l.stats.CachedDenials.Load(),
+		ShadowDenied:    l.stats.ShadowDenied.Load(),
 		WaitingClients:  l.waiters.Load(),
 		CachedDenials:   int64(l.denials.len()),
 	}

@@ -51,6 +51,12 @@ func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Dura
 	if st.Algo == limiter.Concurrency {
 		return limiter.Result{}, limiter.ErrLeaseOnly{Name: r.Name}
 	}
+	if st.Shadow {
+		// A dry run never waits or books ahead: a request that would wait
+		// is answered at once as a shadow denial (retry_after_ms > 0).
+		r.MaxWait = 0
+		return l.Acquire(ctx, r)
+	}
 	if st.Algo.Reserves() {
 		return l.reserve(ctx, r, st, deadline)
 	}
@@ -83,8 +89,8 @@ func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline ti
 		o = l.AcquireAll(ctx, []Request{r})[0]
 		res, shard, err = o.Result, o.shard, o.Err
 	}
-	if err != nil || res.RetryAfterMs == 0 {
-		return res, err
+	if err != nil || res.RetryAfterMs == 0 || res.ShadowDenied {
+		return res, err // a shadow denial (the limiter turned SHADOW meanwhile) booked nothing
 	}
 	if err := sleep(ctx, time.Duration(res.RetryAfterMs)*time.Millisecond); err != nil {
 		// Nobody will use these permits: hand them back.

@@ -1,11 +1,11 @@
 // Command rlviz draws docs/algorithms.svg: how each of rlproxy's five
-// algorithms answers the same bursty load. It starts a redis-server on a
-// free loopback port (or, when redis-server is not on PATH, the embedded
-// in-memory backend) and an rlproxy in this process, creates one limiter
-// per algorithm at 10 permits per second, sends every limiter the same
-// requests at the same moments (about seven seconds of real time),
-// records when each was granted or denied, and writes the SVG by hand, so
-// drawing it needs nothing but Go.
+// algorithms, and a limiter with two limits, answers the same bursty
+// load. It starts a redis-server on a free loopback port (or, when
+// redis-server is not on PATH, the embedded in-memory backend) and an
+// rlproxy in this process, creates one limiter per row at 10 permits per
+// second, sends every limiter the same requests at the same moments
+// (about seven seconds of real time), records when each was granted or
+// denied, and writes the SVG by hand, so drawing it needs nothing but Go.
 //
 // Regenerate the picture after a change to an algorithm or to waiting:
 //
@@ -66,6 +66,8 @@ func rows() []*series {
 		{label: "fixed-window", note: "≤ 10 per clock second", color: "#e8590c", setrate: []any{"ALGO", "fixed-window"}},
 		{label: "leaky-bucket", note: "no wait: 1 per 100 ms", color: "#c2255c", setrate: []any{"ALGO", "leaky-bucket", "BURST", rate}},
 		{label: "leaky-bucket", note: "BURST 10, TIMEOUT 2s\n(drawn when answered)", color: "#862e9c", setrate: []any{"ALGO", "leaky-bucket", "BURST", rate}, timeout: "2s"},
+		// Several limits in one limiter: the tighter one at each moment decides.
+		{label: "two limits", note: "token-bucket 10/s\nLIMIT 20 5s", color: "#2b8a3e", setrate: []any{"ALGO", "token-bucket", "BURST", rate, "LIMIT", 20, "5s"}},
 	}
 }
 

@@ -47,7 +47,7 @@ func render(all []*series, phases []phase, requests int, backend string) string 
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="13">`, width, height, width, height)
 	p(`<rect width="%d" height="%d" fill="white"/>`, width, height)
-	p(`<text x="12" y="26" font-size="18" font-weight="bold">Five algorithms, one bursty load: every limiter allows 10 permits per second</text>`)
+	p(`<text x="12" y="26" font-size="18" font-weight="bold">Five algorithms and two limits, one bursty load: every limiter allows 10 permits per second</text>`)
 	p(`<text x="12" y="46" font-size="12" fill="#495057">Each limiter got the same %d requests at the same moments (real time, %s, through rlproxy).</text>`, requests, html.EscapeString(backend))
 	legend(p)
 

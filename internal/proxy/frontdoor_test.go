@@ -175,6 +175,12 @@ func TestUsersEndToEnd(t *testing.T) {
 	app.Do(t, "RL.ACQUIRE", "api:search").Granted(1)
 	app.Do(t, "RL.AVAILABLE", "api:search").Equal(int64(1))
 	app.Do(t, "CL.THROTTLE", "api:cell", 1, 1, 60).OK()
+	// GCRA, RL.THROTTLE and RL.CHARGE are acquire-class too.
+	app.Do(t, "GCRA", "api:gcra", 1, 1, 60).OK()
+	app.Do(t, "RL.THROTTLE", "api:cell", 1, 1, 60).OK()
+	h.Do(t, "RL.SETRATE", "api:llm", 2, "1m").Equal(int64(1))
+	app.Do(t, "RL.CHARGE", "api:llm", 3).OK()
+	app.Do(t, "RL.AVAILABLE", "api:llm").Equal(int64(0))
 	backend := h.backend.Client(t)
 	resetBackendStats(t, backend)
 	app.Do(t, "RL.ACQUIRE", "billing").Err("NOPERM No permissions to access the 'billing' limiter")

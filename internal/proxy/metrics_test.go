@@ -35,6 +35,15 @@ func TestMetricsEndpointCountsDecisions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A SHADOW limiter's denial is a grant, counted as shadow_denied too.
+	for i := 0; i < 2; i++ {
+		if err := c.Do(ctx, "RL.SETRATE", "s", 1, "1m", "SHADOW").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(ctx, "RL.ACQUIRE", "s").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	resp, err := http.Get("http://" + p.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +51,8 @@ func TestMetricsEndpointCountsDecisions(t *testing.T) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{
-		"rlproxy_acquire_granted_total 2",
+		"rlproxy_acquire_granted_total 4",
+		"rlproxy_acquire_shadow_denied_total 1",
 		"rlproxy_acquire_denied_total 1",
 		`rlproxy_backend_up{node="` + srv.Addr() + `"} 1`,
 		"rlproxy_busy_poll_reads_total ",

@@ -40,6 +40,8 @@ func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server
 			lim(func(s ratelimit.Stats) int64 { return s.Denied })},
 		{"Limiters", "denied_from_cache", "acquire_denied_from_cache_total", "Denials answered from the deny cache.", false,
 			lim(func(s ratelimit.Stats) int64 { return s.DeniedFromCache })},
+		{"Limiters", "shadow_denied", "acquire_shadow_denied_total", "RL.ACQUIRE calls a SHADOW limiter denied and granted anyway (counted in granted too).", false,
+			lim(func(s ratelimit.Stats) int64 { return s.ShadowDenied })},
 		{"Limiters", "errors", "acquire_errors_total", "RL.ACQUIRE calls that failed.", false,
 			lim(func(s ratelimit.Stats) int64 { return s.Errors })},
 		{"Limiters", "waiting_clients", "waiting_clients", "Clients waiting in RL.ACQUIRE (TIMEOUT/BLOCK) now.", true,
