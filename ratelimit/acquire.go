@@ -256,10 +256,12 @@ func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (limiter
 		res, shard, err := l.acquireShards(ctx, e, r, from)
 		from = nil
 		var missing *missingShard
-		if errors.As(err, &missing) && attempt < 3 {
+		if errors.As(err, &missing) && (!missing.stale || attempt > 0) && attempt < maxAttempts {
+			// A follower without shard 0's config (for a stale one: even
+			// after a reload). Repair it from shard 0 (see repair).
 			err = l.repair(ctx, r.Name, missing.shard)
 		}
-		if (err == nil && missing != nil) || (errors.Is(err, errConfigChanged) && attempt < 3) {
+		if (err == nil && missing != nil) || ((errors.Is(err, errConfigChanged) || missing != nil) && attempt < maxAttempts) {
 			l.forget(r.Name)
 			continue
 		}
@@ -313,6 +315,9 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 			}
 			return limiter.Result{}, 0, &missingShard{shard: shard}
 		case reload:
+			if shard > 0 && a.status == limiter.StatusEpochChange {
+				return limiter.Result{}, 0, &missingShard{shard: shard, stale: true}
+			}
 			return limiter.Result{}, 0, errConfigChanged
 		case grant:
 			return a.Result, shard, nil
@@ -397,24 +402,6 @@ func (l *Limiters) giveBack(e *entry, r Request, shard int) error {
 	_, err := rt.node.Eval(ctx, e.script, rt.keys, limiter.Args(limiter.OpRelease, e.Epoch, r.Permits)...)
 	// Denials remembered meanwhile counted these permits as taken.
 	l.denials.forget(r.Name)
-	return err
-}
-
-// repair writes a missing sub-limiter's config back from shard 0's, with
-// the epoch in force (its state starts full). If the limiter itself is
-// gone, it says so.
-func (l *Limiters) repair(ctx context.Context, name string, shard int) error {
-	e, err := l.load(ctx, name)
-	if err != nil {
-		return err
-	}
-	if e == nil {
-		return &NoLimiterError{Name: name}
-	}
-	if shard >= e.Shards {
-		return nil // the shard count changed: the reload routes anew
-	}
-	_, _, _, err = l.setConf(ctx, e.nodes[shard], name, e.Config, sharding.Subs(e.Config)[shard], limiter.SetConfOptions{Epoch: e.Epoch})
 	return err
 }
 
