@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,9 @@ type Limiters struct {
 	sleepers sleepers // waiters asleep, per limiter (Wake)
 	waiters  atomic.Int64
 	stats    counters
+
+	closing   chan struct{} // closed by Close: the watches of follow end
+	closeOnce sync.Once
 }
 
 // counters count decisions as they are made.
@@ -68,6 +72,7 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 		keys:    limiter.Keys{Prefix: o.KeyPrefix},
 		scripts: scripts,
 		opts:    o,
+		closing: make(chan struct{}),
 	}
 	l.batches.MaxGather = maxGather
 	l.denials.max = o.DenyCacheSize
