@@ -5,6 +5,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"net"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -119,6 +121,9 @@ func (p *Proxy) Done() <-chan error { return p.done }
 // Close stops serving and closes the backends.
 func (p *Proxy) Close() error {
 	err := p.server.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // closed by Shutdown already
+	}
 	return p.closeRest(err)
 }
 
