@@ -179,7 +179,7 @@ func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce
 		return Outcome{}, false, nil // the full path sorts it out
 	}
 	l.rememberDenial(r, t.e, t.shard, sent, a.Result)
-	if t.e.Shards > 1 && l.opts.MaxProbes > 0 {
+	if t.e.Shards > 1 && l.opt().MaxProbes > 0 {
 		// Other shards may have permits: the full path probes on from here.
 		from := &tried{e: t.e, shard: t.shard}
 		from.denied.Add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
@@ -223,7 +223,7 @@ func (l *Limiters) count(o Outcome) Outcome {
 
 // onBackendError applies the configured policy when a needed backend is down.
 func (l *Limiters) onBackendError(err error) (limiter.Result, error) {
-	switch l.opts.OnBackendError {
+	switch l.opt().OnBackendError {
 	case FailOpen:
 		return limiter.Result{Granted: true}, nil
 	case FailClosed:
@@ -278,10 +278,10 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 	var order []int
 	before := 0 // shards asked before this walk (a denied first try)
 	if from != nil {
-		order = sharding.Probe(e.Shards, l.opts.MaxProbes, uint64(from.shard))[1:]
+		order = sharding.Probe(e.Shards, l.opt().MaxProbes, uint64(from.shard))[1:]
 		denied, before = from.denied, 1
 	} else {
-		order = sharding.Probe(e.Shards, l.opts.MaxProbes, rand.Uint64())
+		order = sharding.Probe(e.Shards, l.opt().MaxProbes, rand.Uint64())
 	}
 	for i := 0; i < len(order); i++ {
 		shard := order[i]
@@ -359,7 +359,7 @@ func decide(a answer) verdict {
 
 // cachedDenial answers r on e's shard from the deny cache, if it may.
 func (l *Limiters) cachedDenial(r Request, e *entry, shard int) (limiter.Result, bool) {
-	if !l.opts.DenyCache || r.MaxWait != 0 {
+	if !l.opt().DenyCache || r.MaxWait != 0 {
 		return limiter.Result{}, false
 	}
 	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
@@ -373,7 +373,7 @@ func (l *Limiters) cachedDenial(r Request, e *entry, shard int) (limiter.Result,
 // rememberDenial puts a denial of r on e's shard, decided no earlier than
 // sent, in the deny cache.
 func (l *Limiters) rememberDenial(r Request, e *entry, shard int, sent time.Time, res limiter.Result) {
-	if !l.opts.DenyCache || r.MaxWait != 0 {
+	if !l.opt().DenyCache || r.MaxWait != 0 {
 		return
 	}
 	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}

@@ -41,8 +41,8 @@ type Limiters struct {
 	pool    *backend.Pool
 	keys    limiter.Keys
 	scripts *limiter.Scripts
-	opts    Options
-	names   []string // node names, for placement
+	live    atomic.Pointer[Options] // opt, SetOptions
+	names   []string                // node names, for placement
 
 	configs  configCache
 	batches  coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
@@ -71,9 +71,9 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 		pool:    pool,
 		keys:    limiter.Keys{Prefix: o.KeyPrefix},
 		scripts: scripts,
-		opts:    o,
 		closing: make(chan struct{}),
 	}
+	l.live.Store(&o)
 	l.batches.MaxGather = maxGather
 	l.denials.max = o.DenyCacheSize
 	for _, n := range pool.Nodes() {

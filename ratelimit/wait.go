@@ -36,9 +36,9 @@ const blockWait = limiter.MaxInterval
 // AcquireWait asks for permits, waiting up to timeout (or forever when
 // timeout is 0) for them. ctx ends when the client disconnects.
 func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Duration) (limiter.Result, error) {
-	if n := l.waiters.Add(1); l.opts.MaxWaiters > 0 && n > int64(l.opts.MaxWaiters) {
+	if n := l.waiters.Add(1); l.opt().MaxWaiters > 0 && n > int64(l.opt().MaxWaiters) {
 		l.waiters.Add(-1)
-		return limiter.Result{}, ErrTooManyWaiters{Max: l.opts.MaxWaiters}
+		return limiter.Result{}, ErrTooManyWaiters{Max: l.opt().MaxWaiters}
 	}
 	defer l.waiters.Add(-1)
 	deadline := time.Time{}

@@ -6,9 +6,9 @@ package proxy
 import (
 	"context"
 	"errors"
-	"net"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -58,14 +58,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	if err != nil {
 		return nil, err
 	}
-	limiters := ratelimit.New(pool, scripts, ratelimit.Options{
-		KeyPrefix:      cfg.KeyPrefix,
-		MaxProbes:      cfg.MaxProbes,
-		OnBackendError: backendErrorPolicy[cfg.OnBackendError],
-		DenyCache:      cfg.DenyCache,
-		DenyCacheSize:  cfg.DenyCacheSize,
-		MaxWaiters:     cfg.MaxWaiters,
-	})
+	limiters := ratelimit.New(pool, scripts, limiterOptions(cfg))
 	leases := lease.New(limiters, scripts, lease.Options{KeyPrefix: cfg.KeyPrefix, MaxWaiters: cfg.MaxWaiters})
 	var srv *server.Server
 	stats := statTable(limiters, leases, &srv, cfg.BusyPoll, poller)
