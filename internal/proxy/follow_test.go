@@ -102,3 +102,29 @@ func TestWaitersToldOfDelete(t *testing.T) {
 		t.Errorf("the waiters were told %v after RL.DEL, want within ~1s", took)
 	}
 }
+
+// Under KEEPSTATE the used permits carry over, bookings included: each
+// woken waiter gives its booking back before it is decided again, so the
+// six are counted once, not twice.
+func TestWaitersFollowKeepState(t *testing.T) {
+	t.Parallel()
+	f := startFleet(t, 2)
+	a, b := f.proxies[0], f.proxies[1]
+	a.Do(t, "RL.SETRATE", "ks", 1, "10s").Equal(int64(1))
+	a.Do(t, "RL.ACQUIRE", "ks").Granted(0)
+	wait := waitAll(t, b, 6, "RL.ACQUIRE", "ks", "BLOCK")
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	a.Do(t, "RL.SETRATE", "ks", 100, "1h", "KEEPSTATE").Equal(int64(1))
+	vals, errs := wait()
+	t.Logf("six booked waiters on proxy B granted %v after RL.SETRATE ... KEEPSTATE through proxy A", time.Since(start).Round(time.Millisecond))
+	for i := range vals {
+		if errs[i] != nil || vals[i].([]any)[0] != int64(1) {
+			t.Errorf("waiter %d: %v %v, want granted", i, vals[i], errs[i])
+		}
+	}
+	// 1 + 6 permits in use of 100 (a booking counted twice would leave 87).
+	if n := a.Do(t, "RL.AVAILABLE", "ks").Int(); n != 93 {
+		t.Errorf("RL.AVAILABLE = %d, want 93 (1 + 6 grants of 100)", n)
+	}
+}
