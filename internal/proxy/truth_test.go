@@ -245,3 +245,48 @@ func TestRacingSetRateAndAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A writer that stops part way leaves a follower behind (simulated: its
+// config is rolled back on the backend), or shard 0's node loses its data
+// (a follower then holds a newer generation than shard 0): the first
+// calls repair the follower from shard 0, without an error.
+func TestStaleFollowerRepaired(t *testing.T) {
+	t.Parallel()
+	f := startFleet(t, 2)
+	h := f.proxies[0]
+	ctx := context.Background()
+	var names []string
+	for _, n := range h.proxy.pool.Nodes() {
+		names = append(names, n.Name())
+	}
+	keys := limiter.Keys{Prefix: h.cfg.KeyPrefix}
+	follower := func(name string, shard, shards int) *redis.Client {
+		return f.backends[names[sharding.Placement(name, shards, names)[shard]]]
+	}
+	for _, tc := range []struct{ name, epoch, gen string }{
+		{"behind", "oldepoch", "1"},               // a writer stopped part way
+		{"ahead", "newepoch", "9999999999999999"}, // shard 0 went back in time
+	} {
+		h.Do(t, "RL.SETRATE", tc.name, 400, "1s", "SHARDS", 4).Equal(int64(1))
+		for shard := 1; shard < 4; shard++ {
+			key := keys.Config(tc.name, shard)
+			if err := follower(tc.name, shard, 4).HSet(ctx, key, "epoch", tc.epoch, "gen", tc.gen, "sub_rate", 1).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := f.consistent(tc.name); err == nil {
+			t.Fatalf("%s: the followers were not broken", tc.name)
+		}
+		for _, p := range f.proxies {
+			if n := p.Do(t, "RL.AVAILABLE", tc.name).Int(); n < 380 || n > 400 {
+				t.Errorf("%s: RL.AVAILABLE = %d, want about 400 (every shard serving its 100)", tc.name, n)
+			}
+			for range 8 {
+				p.Do(t, "RL.ACQUIRE", tc.name).Acquire()
+			}
+		}
+		if _, err := f.consistent(tc.name); err != nil {
+			t.Errorf("%s: after the calls: %v", tc.name, err)
+		}
+	}
+}
