@@ -11,7 +11,7 @@ import (
 // to it fail at once for a cooldown instead of each waiting out a timeout;
 // then one call goes through to probe it, and success closes the breaker.
 type breaker struct {
-	cooldown time.Duration
+	cooldown atomic.Int64 // nanoseconds; changes live (Pool.SetBreakerCooldown)
 
 	open atomic.Bool // openUntil is set: lets the common, closed case skip the lock and the clock
 
@@ -24,14 +24,14 @@ type breaker struct {
 // allow reports whether a call may go to the node now. While open, one
 // call per cooldown is let through as a probe.
 func (b *breaker) allow(now time.Time) error {
-	if b.cooldown <= 0 || !b.open.Load() {
+	if b.cd() <= 0 || !b.open.Load() {
 		return nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.openUntil.IsZero() || now.After(b.openUntil) {
 		if !b.openUntil.IsZero() {
-			b.openUntil = now.Add(b.cooldown) // this call is the probe
+			b.openUntil = now.Add(b.cd()) // this call is the probe
 		}
 		return nil
 	}
@@ -53,7 +53,7 @@ func (b *breaker) record(now time.Time, err error) {
 		b.open.Store(false)
 		return
 	}
-	b.openUntil, b.lastErr = now.Add(b.cooldown), err
+	b.openUntil, b.lastErr = now.Add(b.cd()), err
 	b.open.Store(true)
 	b.failures++
 }
@@ -143,3 +143,6 @@ func (n *Node) do(call func() error) error {
 	}
 	return werr
 }
+
+// cd is the cooldown in force.
+func (b *breaker) cd() time.Duration { return time.Duration(b.cooldown.Load()) }

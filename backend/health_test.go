@@ -14,7 +14,8 @@ import (
 
 // The breaker on its own, with explicit times.
 func TestBreaker(t *testing.T) {
-	b := breaker{cooldown: time.Second}
+	var b breaker
+	b.cooldown.Store(int64(time.Second))
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	down := errors.New("dial tcp 127.0.0.1:7002: connect: connection refused")
@@ -82,7 +83,7 @@ func (replyErr) RedisError()     {}
 func TestNodeBreaker(t *testing.T) {
 	const cooldown = 300 * time.Millisecond
 	n := &Node{name: "127.0.0.1:7002"}
-	n.breaker.cooldown = cooldown
+	n.breaker.cooldown.Store(int64(cooldown))
 	var runs atomic.Int32
 	call := func(err error) func() error {
 		return func() error { runs.Add(1); return err }

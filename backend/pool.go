@@ -47,7 +47,7 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 			applyTimeouts(opt, o)
 			c := redis.NewClient(opt)
 			n := &Node{name: opt.Addr, client: c, timeout: o.Timeout, pipelined: true}
-			n.breaker.cooldown = o.BreakerCooldown
+			n.breaker.cooldown.Store(int64(o.BreakerCooldown))
 			p.nodes = append(p.nodes, n)
 		}
 	default:
@@ -142,6 +142,14 @@ func (n *Node) loadScripts(ctx context.Context, scripts []*redis.Script) error {
 
 // Nodes are the pool's nodes. A cluster is one node: its client routes by slot.
 func (p *Pool) Nodes() []*Node { return p.nodes }
+
+// SetBreakerCooldown changes how long a failed node is skipped, live
+// (a config reload).
+func (p *Pool) SetBreakerCooldown(d time.Duration) {
+	for _, n := range p.nodes {
+		n.breaker.cooldown.Store(int64(d))
+	}
+}
 
 // Info returns the INFO lines of the backends section: one per node.
 func (p *Pool) Info() []string {

@@ -136,6 +136,12 @@ type Config struct {
 	// call tests it again. Must be > 0. Defaults to 1s.
 	BreakerCooldown time.Duration `mapstructure:"breaker_cooldown"`
 
+	// (Optional) How long SIGTERM / SIGINT may take: waiting clients are
+	// answered "ERR rlproxy is shutting down" (their booked permits given
+	// back) at once, requests in flight get this long to finish, then
+	// every connection is closed. Must be > 0. Defaults to 5s.
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+
 	// (Optional) How long a connection polls its socket for a reply (or a
 	// client's next request) before sleeping, when the proxy is otherwise
 	// idle: it spares a thread wake-up per hop at light load, for CPU that
@@ -198,6 +204,7 @@ func Default() Config {
 		OnBackendError:  FailWithError,
 		BackendTimeout:  500 * time.Millisecond,
 		BreakerCooldown: time.Second,
+		ShutdownTimeout: 5 * time.Second,
 		BusyPoll:        100 * time.Microsecond,
 		PoolSize:        0,
 		DenyCache:       true,
@@ -282,6 +289,9 @@ func (c Config) Validate() error {
 	}
 	if c.BreakerCooldown <= 0 {
 		bad("breaker_cooldown must be > 0 (got %q)", c.BreakerCooldown.String())
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown_timeout must be > 0 (got %q)", c.ShutdownTimeout.String())
 	}
 	if c.BusyPoll < 0 || c.BusyPoll > 10*time.Millisecond {
 		bad("busy_poll must be between 0 and 10ms (got %q)", c.BusyPoll.String())

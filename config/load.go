@@ -241,6 +241,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.String(flagName("on_backend_error"), string(d.OnBackendError), "answer when a backend fails: error, allow (fail open) or deny (fail closed)")
 	fs.Duration(flagName("backend_timeout"), d.BackendTimeout, "time limit of each backend dial, read and write (> 0)")
 	fs.Duration(flagName("breaker_cooldown"), d.BreakerCooldown, "how long a failed backend node is skipped before a probe call (> 0)")
+	fs.Duration(flagName("shutdown_timeout"), d.ShutdownTimeout, "how long SIGTERM/SIGINT may take to drain waiting clients and requests in flight (> 0)")
 	fs.Duration(flagName("busy_poll"), d.BusyPoll, "how long an otherwise idle proxy polls a socket before sleeping (0 = never)")
 	fs.Int(flagName("pool_size"), d.PoolSize, "connections per backend node (0: go-redis default, 10 per CPU)")
 	fs.Bool(flagName("deny_cache"), d.DenyCache, "answer denials locally until their retry_after (disable with --deny-cache=false)")

@@ -56,6 +56,8 @@ type Service struct {
 	opts    Options
 	hub     *hub
 	waiters atomic.Int64
+	// maxWaiters is Options.MaxWaiters, changed live by SetMaxWaiters.
+	maxWaiters atomic.Int64
 }
 
 // New returns a Service over the limiters lookup finds.
@@ -63,8 +65,14 @@ func New(lookup Lookup, scripts *limiter.Scripts, o Options) *Service {
 	if o.Refresh <= 0 {
 		o.Refresh = time.Second
 	}
-	return &Service{look: lookup, keys: limiter.Keys{Prefix: o.KeyPrefix}, script: scripts.Limiter(limiter.Concurrency), opts: o, hub: newHub()}
+	s := &Service{look: lookup, keys: limiter.Keys{Prefix: o.KeyPrefix}, script: scripts.Limiter(limiter.Concurrency), opts: o, hub: newHub()}
+	s.maxWaiters.Store(int64(o.MaxWaiters))
+	return s
 }
+
+// SetMaxWaiters changes the bound on waiting clients, live (a config
+// reload).
+func (s *Service) SetMaxWaiters(n int) { s.maxWaiters.Store(int64(n)) }
 
 // Close drops the Pub/Sub connections.
 func (s *Service) Close() { s.hub.close() }
@@ -230,9 +238,9 @@ func overLimit(p ratelimit.Placed, r Request) error {
 // expires (first local waiter only), to keep its ticket, and once more at
 // its deadline.
 func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
-	if n := s.waiters.Add(1); s.opts.MaxWaiters > 0 && n > int64(s.opts.MaxWaiters) {
+	if n, most := s.waiters.Add(1), s.maxWaiters.Load(); most > 0 && n > most {
 		s.waiters.Add(-1)
-		return Result{}, ratelimit.ErrTooManyWaiters{Max: s.opts.MaxWaiters}
+		return Result{}, ratelimit.ErrTooManyWaiters{Max: int(most)}
 	}
 	defer s.waiters.Add(-1)
 	deadline := time.Now().Add(r.MaxWait)

@@ -96,7 +96,7 @@ func TestWaiterLeavesQueue(t *testing.T) {
 // At most MaxWaiters wait at once; one more is told so at once.
 func TestMaxWaiters(t *testing.T) {
 	r := newRig(t)
-	r.svc.opts.MaxWaiters = 1
+	r.svc.SetMaxWaiters(1)
 	r.create(t, "db", 1, 10*time.Second)
 	if _, err := r.svc.Lease(t.Context(), Request{Name: "db"}); err != nil {
 		t.Fatal(err)

@@ -146,6 +146,10 @@ func (c Config) fields(sub Sub) []any {
 type Stored struct {
 	Config
 	Epoch string
+	// Gen is the generation of the config: shard 0 gives every new config
+	// a higher one, and a follower shard takes only a newer one ("" when
+	// written by an rlproxy without generations).
+	Gen string
 }
 
 // ParseStored reads a config hash (HGETALL of a config key). It returns an
@@ -164,6 +168,7 @@ func ParseStored(h map[string]string) (Stored, error) {
 		return v
 	}
 	s.Epoch = h["epoch"]
+	s.Gen = h["gen"]
 	s.Algo = Algo(h["algo"])
 	s.Mode = Mode(h["mode"])
 	s.Rate = num("rate")
@@ -198,6 +203,13 @@ type SetConfOptions struct {
 	NX        bool   // only create
 	KeepState bool   // carry used permits over to the new rate
 	Epoch     string // epoch for a newly written config
+	// Gen, when set, writes a follower shard (not shard 0) with shard 0's
+	// generation: only when the follower holds an older one, so a writer
+	// that lost a race never overwrites the winner's config.
+	Gen string
+	// Replace, with Gen, writes the follower whatever it holds (repair
+	// after shard 0 lost its data).
+	Replace bool
 }
 
 // SetConfArgs builds the ARGV of setconf.lua for one sub-limiter.
@@ -208,8 +220,25 @@ func SetConfArgs(c Config, sub Sub, o SetConfOptions) []any {
 		}
 		return "0"
 	}
-	args := []any{flag(o.NX), flag(o.KeepState), o.Epoch, c.TTL.Milliseconds()}
-	return append(args, c.fields(sub)...)
+	mode := flag(o.NX)
+	switch {
+	case o.Gen != "" && o.Replace:
+		mode = "R"
+	case o.Gen != "":
+		mode = "F"
+	}
+	args := []any{mode, flag(o.KeepState), o.Epoch, c.TTL.Milliseconds()}
+	args = append(args, c.fields(sub)...)
+	if o.Gen != "" {
+		args = append(args, "gen", o.Gen)
+	}
+	return args
+}
+
+// DropFollowerArgs builds the ARGV of setconf.lua that deletes a follower
+// shard's config unless it holds gen or a newer one.
+func DropFollowerArgs(gen string) []any {
+	return []any{"D", "0", "", 0, "gen", gen}
 }
 
 // Capacity is the most permits one request may ask for: the burst of a

@@ -224,9 +224,36 @@ func toInt(v any) (int64, error) {
 	}
 }
 
-// DecodeSetConf decodes setconf.lua's reply.
+// SetConfReply is setconf.lua's reply.
+type SetConfReply struct {
+	Changed   bool
+	Epoch     string // in force
+	OldShards int    // the shard count before (0: none)
+	Gen       string // in force ("0": none)
+}
+
+// DecodeSetConfReply decodes setconf.lua's reply.
+func DecodeSetConfReply(v any) (SetConfReply, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) != 4 {
+		return SetConfReply{}, fmt.Errorf("setconf script: unexpected reply %T %v", v, v)
+	}
+	changed, epoch, old, err := DecodeSetConf(arr[:3])
+	gen, ok := arr[3].(string)
+	if err != nil || !ok {
+		return SetConfReply{}, fmt.Errorf("setconf script: unexpected reply %v", arr)
+	}
+	return SetConfReply{Changed: changed, Epoch: epoch, OldShards: old, Gen: gen}, nil
+}
+
+// DecodeSetConf decodes setconf.lua's reply, without its generation.
 func DecodeSetConf(v any) (changed bool, epoch string, oldShards int, err error) {
 	arr, ok := v.([]any)
+	if ok && len(arr) == 4 {
+		if _, gen := arr[3].(string); gen {
+			arr = arr[:3]
+		}
+	}
 	if !ok || len(arr) != 3 {
 		return false, "", 0, fmt.Errorf("setconf script: unexpected reply %T %v", v, v)
 	}

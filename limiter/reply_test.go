@@ -370,6 +370,8 @@ func TestDecodeSetConf(t *testing.T) {
 		{name: "empty", v: resp(), wantErr: true},
 		{name: "two values", v: resp(int64(1), "e1"), wantErr: true},
 		{name: "four values", v: resp(int64(1), "e1", int64(0), int64(0)), wantErr: true},
+		{name: "with a generation", v: resp(int64(1), "e1", int64(3), "1700000000000000"), changed: true, epoch: "e1", oldShards: 3},
+		{name: "five values", v: resp(int64(1), "e1", int64(0), "1", "2"), wantErr: true},
 		{name: "changed not an integer", v: resp("yes", "e1", int64(0)), wantErr: true},
 		{name: "epoch not a string", v: resp(int64(1), int64(7), int64(0)), wantErr: true},
 		{name: "epoch nil", v: resp(int64(1), nil, int64(0)), wantErr: true},

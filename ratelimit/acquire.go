@@ -179,7 +179,7 @@ func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce
 		return Outcome{}, false, nil // the full path sorts it out
 	}
 	l.rememberDenial(r, t.e, t.shard, sent, a.Result)
-	if t.e.Shards > 1 && l.opts.MaxProbes > 0 {
+	if t.e.Shards > 1 && l.opt().MaxProbes > 0 {
 		// Other shards may have permits: the full path probes on from here.
 		from := &tried{e: t.e, shard: t.shard}
 		from.denied.Add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
@@ -240,7 +240,7 @@ func (l *Limiters) final(o Outcome, shadow bool) Outcome {
 
 // onBackendError applies the configured policy when a needed backend is down.
 func (l *Limiters) onBackendError(err error) (limiter.Result, error) {
-	switch l.opts.OnBackendError {
+	switch l.opt().OnBackendError {
 	case FailOpen:
 		return limiter.Result{Granted: true}, nil
 	case FailClosed:
@@ -274,10 +274,12 @@ func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (res lim
 		res, shard, err := l.acquireShards(ctx, e, r, from)
 		from = nil
 		var missing *missingShard
-		if errors.As(err, &missing) && attempt < 3 {
+		if errors.As(err, &missing) && (!missing.stale || attempt > 0) && attempt < maxAttempts {
+			// A follower without shard 0's config (for a stale one: even
+			// after a reload). Repair it from shard 0 (see repair).
 			err = l.repair(ctx, r.Name, missing.shard)
 		}
-		if (err == nil && missing != nil) || (errors.Is(err, errConfigChanged) && attempt < 3) {
+		if (err == nil && missing != nil) || ((errors.Is(err, errConfigChanged) || missing != nil) && attempt < maxAttempts) {
 			l.forget(r.Name)
 			continue
 		}
@@ -294,10 +296,10 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 	var order []int
 	before := 0 // shards asked before this walk (a denied first try)
 	if from != nil {
-		order = sharding.Probe(e.Shards, l.opts.MaxProbes, uint64(from.shard))[1:]
+		order = sharding.Probe(e.Shards, l.opt().MaxProbes, uint64(from.shard))[1:]
 		denied, before = from.denied, 1
 	} else {
-		order = sharding.Probe(e.Shards, l.opts.MaxProbes, rand.Uint64())
+		order = sharding.Probe(e.Shards, l.opt().MaxProbes, rand.Uint64())
 	}
 	for i := 0; i < len(order); i++ {
 		shard := order[i]
@@ -331,6 +333,9 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 			}
 			return limiter.Result{}, 0, &missingShard{shard: shard}
 		case reload:
+			if shard > 0 && a.status == limiter.StatusEpochChange {
+				return limiter.Result{}, 0, &missingShard{shard: shard, stale: true}
+			}
 			return limiter.Result{}, 0, errConfigChanged
 		case grant:
 			return a.Result, shard, nil
@@ -372,7 +377,7 @@ func decide(a answer) verdict {
 
 // cachedDenial answers r on e's shard from the deny cache, if it may.
 func (l *Limiters) cachedDenial(r Request, e *entry, shard int) (limiter.Result, bool) {
-	if !l.opts.DenyCache || r.MaxWait != 0 {
+	if !l.opt().DenyCache || r.MaxWait != 0 {
 		return limiter.Result{}, false
 	}
 	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
@@ -386,7 +391,7 @@ func (l *Limiters) cachedDenial(r Request, e *entry, shard int) (limiter.Result,
 // rememberDenial puts a denial of r on e's shard, decided no earlier than
 // sent, in the deny cache.
 func (l *Limiters) rememberDenial(r Request, e *entry, shard int, sent time.Time, res limiter.Result) {
-	if !l.opts.DenyCache || r.MaxWait != 0 {
+	if !l.opt().DenyCache || r.MaxWait != 0 {
 		return
 	}
 	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
@@ -415,24 +420,6 @@ func (l *Limiters) giveBack(e *entry, r Request, shard int) error {
 	_, err := rt.node.Eval(ctx, e.script, rt.keys, limiter.Args(limiter.OpRelease, e.Epoch, r.Permits)...)
 	// Denials remembered meanwhile counted these permits as taken.
 	l.denials.forget(r.Name)
-	return err
-}
-
-// repair writes a missing sub-limiter's config back from shard 0's, with
-// the epoch in force (its state starts full). If the limiter itself is
-// gone, it says so.
-func (l *Limiters) repair(ctx context.Context, name string, shard int) error {
-	e, err := l.load(ctx, name)
-	if err != nil {
-		return err
-	}
-	if e == nil {
-		return &NoLimiterError{Name: name}
-	}
-	if shard >= e.Shards {
-		return nil // the shard count changed: the reload routes anew
-	}
-	_, _, _, err = l.setConf(ctx, e.nodes[shard], name, e.Config, sharding.Subs(e.Config)[shard], limiter.SetConfOptions{Epoch: e.Epoch})
 	return err
 }
 

@@ -37,9 +37,15 @@ var errConfigChanged = errors.New("limiter config changed")
 
 // missingShard: a sub-limiter other than shard 0 has no config although
 // the limiter exists — its TTL ran out while other shards were used, or
-// its node restarted empty.
-type missingShard struct{ shard int }
+// its node restarted empty — or (stale) another epoch than the caller's.
+type missingShard struct {
+	shard int
+	stale bool
+}
 
 func (e *missingShard) Error() string {
+	if e.stale {
+		return errConfigChanged.Error()
+	}
 	return fmt.Sprintf("sub-limiter %d has no config", e.shard)
 }

@@ -40,7 +40,8 @@ func TestFinal(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &Limiters{opts: Options{OnBackendError: tc.policy}}
+			l := &Limiters{}
+			l.live.Store(&Options{OnBackendError: tc.policy})
 			got := l.final(tc.o, tc.shadow)
 			if (got.Err != nil) != tc.err || got.Result != tc.want {
 				t.Errorf("final = %+v, %v; want %+v (error %v)", got.Result, got.Err, tc.want, tc.err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,8 +41,8 @@ type Limiters struct {
 	pool    *backend.Pool
 	keys    limiter.Keys
 	scripts *limiter.Scripts
-	opts    Options
-	names   []string // node names, for placement
+	live    atomic.Pointer[Options] // opt, SetOptions
+	names   []string                // node names, for placement
 
 	configs  configCache
 	batches  coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
@@ -50,6 +51,9 @@ type Limiters struct {
 	sleepers sleepers // waiters asleep, per limiter (Wake)
 	waiters  atomic.Int64
 	stats    counters
+
+	closing   chan struct{} // closed by Close: the watches of follow end
+	closeOnce sync.Once
 }
 
 // counters count decisions as they are made.
@@ -68,8 +72,9 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 		pool:    pool,
 		keys:    limiter.Keys{Prefix: o.KeyPrefix},
 		scripts: scripts,
-		opts:    o,
+		closing: make(chan struct{}),
 	}
+	l.live.Store(&o)
 	l.batches.MaxGather = maxGather
 	l.denials.max = o.DenyCacheSize
 	for _, n := range pool.Nodes() {
@@ -125,77 +130,6 @@ func (l *Limiters) nodes(name string, shards int) []*backend.Node {
 
 func newEpoch() string { return fmt.Sprintf("%08x", rand.Uint32()) }
 
-// SetRateOptions are the flags of RL.SETRATE.
-type SetRateOptions struct {
-	NX        bool
-	KeepState bool
-}
-
-// SetRate creates or replaces a limiter's config on every sub-limiter and
-// reports whether the stored config changed. Shard 0 decides (its config is
-// the limiter's); the others follow with the epoch it put in force.
-func (l *Limiters) SetRate(ctx context.Context, name string, c limiter.Config, o SetRateOptions) (bool, error) {
-	subs, nodes := sharding.Subs(c), l.nodes(name, c.Shards)
-	opts := limiter.SetConfOptions{NX: o.NX, KeepState: o.KeepState, Epoch: newEpoch()}
-	changed, epoch, oldShards, err := l.setConf(ctx, nodes[0], name, c, subs[0], opts)
-	if err != nil {
-		return false, err
-	}
-	l.forget(name)
-	if o.NX && !changed {
-		return false, nil
-	}
-	opts.NX, opts.Epoch = false, epoch
-	for _, sub := range subs[1:] {
-		node := nodes[sub.Shard]
-		_, got, _, err := l.setConf(ctx, node, name, c, sub, opts)
-		if err == nil && got != epoch {
-			// This sub-limiter kept an older epoch (shard 0's node lost its
-			// data, or KEEPSTATE kept it): replace it, or every acquire on it
-			// would see the epoch change and fail.
-			if _, err = node.Del(ctx, l.keys.Config(name, sub.Shard)); err == nil {
-				_, _, _, err = l.setConf(ctx, node, name, c, sub, opts)
-			}
-		}
-		if err != nil {
-			return changed, err
-		}
-	}
-	// Sub-limiters past the new shard count, or placed on another node
-	// under it, must stop granting where they were.
-	old := l.nodes(name, max(oldShards, 1))
-	for shard := 1; shard < oldShards; shard++ {
-		if shard < c.Shards && old[shard] == nodes[shard] {
-			continue
-		}
-		if _, err := old[shard].Del(ctx, l.keys.Config(name, shard)); err != nil {
-			return changed, err
-		}
-	}
-	if o.KeepState && changed && c.Mode == limiter.Overall {
-		// The state carried over has a TTL set under the old rate; at a
-		// slower one it would expire before it drains, and the limiter
-		// would come back full early. A peek on each shard puts the TTLs
-		// right. (A PER_CLIENT state is put right by its client's next call.)
-		if _, err := l.Available(ctx, Request{Name: name}); err != nil {
-			return changed, err
-		}
-	}
-	if changed {
-		l.Wake(name)
-	}
-	return changed, nil
-}
-
-func (l *Limiters) setConf(ctx context.Context, node *backend.Node, name string, c limiter.Config, sub limiter.Sub, o limiter.SetConfOptions) (bool, string, int, error) {
-	key := l.keys.Config(name, sub.Shard)
-	v, err := node.Eval(ctx, l.scripts.SetConf, []string{key}, limiter.SetConfArgs(c, sub, o)...)
-	if err != nil {
-		return false, "", 0, err
-	}
-	return limiter.DecodeSetConf(v)
-}
-
 // GetRate reads a limiter's config from the backend (nil when there is none).
 func (l *Limiters) GetRate(ctx context.Context, name string) (*limiter.Config, error) {
 	st, err := l.load(ctx, name)
@@ -219,6 +153,7 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 		}
 		var total int64
 		changed := false
+		stale := -1 // a follower shard that did not serve shard 0's config
 		for shard := 0; shard < st.Shards && !changed; shard++ {
 			keys := l.keys.ScriptLimits(st.Algo, r.Name, shard, st.Epoch, clientKey(&st.Stored, r.Client), len(st.LimitList()))
 			v, err := st.nodes[shard].Eval(ctx, script, keys, limiter.Args(op, st.Epoch, permits(shard, st)...)...)
@@ -230,13 +165,23 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 				return 0, err
 			}
 			changed = rep.Status != limiter.StatusOK
+			if changed && shard > 0 && (rep.Status == limiter.StatusNoLimiter || attempt > 0) {
+				stale = shard
+			}
 			total += rep.Count
 		}
 		if !changed {
 			return total, nil
 		}
 		l.forget(r.Name)
-		if attempt >= 2 {
+		if stale > 0 {
+			// Shard 0's config, read afresh, is not on this follower: a
+			// writer stopped part way, or its TTL ran out. Repair it.
+			if err := l.repair(ctx, r.Name, stale); err != nil {
+				return 0, err
+			}
+		}
+		if attempt >= maxAttempts {
 			return 0, fmt.Errorf("limiter '%s' keeps changing; try again", r.Name)
 		}
 	}

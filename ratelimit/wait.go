@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -35,9 +36,9 @@ const blockWait = limiter.MaxInterval
 // AcquireWait asks for permits, waiting up to timeout (or forever when
 // timeout is 0) for them. ctx ends when the client disconnects.
 func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Duration) (limiter.Result, error) {
-	if n := l.waiters.Add(1); l.opts.MaxWaiters > 0 && n > int64(l.opts.MaxWaiters) {
+	if n := l.waiters.Add(1); l.opt().MaxWaiters > 0 && n > int64(l.opt().MaxWaiters) {
 		l.waiters.Add(-1)
-		return limiter.Result{}, ErrTooManyWaiters{Max: l.opts.MaxWaiters}
+		return limiter.Result{}, ErrTooManyWaiters{Max: l.opt().MaxWaiters}
 	}
 	defer l.waiters.Add(-1)
 	deadline := time.Time{}
@@ -72,39 +73,103 @@ func left(deadline time.Time) time.Duration {
 }
 
 func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline time.Time) (limiter.Result, error) {
-	r.MaxWait = left(deadline)
-	o := l.AcquireAll(ctx, []Request{r})[0]
-	res, shard, err := o.Result, o.shard, o.Err
-	for err == nil && !res.Granted {
-		// No room to book (a leaky bucket's queue is full): sleep until
-		// the limiter said, unless that is past the deadline, and ask again.
-		wait := time.Duration(res.RetryAfterMs) * time.Millisecond
-		if wait > left(deadline) {
+	// The acquire path gives back what it grants to a client gone by the
+	// time the answer comes; here the waiter does it, exactly once.
+	actx := context.WithoutCancel(ctx)
+	for {
+		r.MaxWait = left(deadline)
+		o := l.AcquireAll(actx, []Request{r})[0]
+		res, shard, err := o.Result, o.shard, o.Err
+		if err != nil {
+			return res, err
+		}
+		booked := l.configs.get(r.Name) // the config the answer came under
+		if booked == nil {
+			booked = e
+		}
+		if !res.Granted {
+			// No room to book (a leaky bucket's queue is full): sleep until
+			// the limiter said, unless that is past the deadline, and ask
+			// again (at once if the limiter changes).
+			wait := time.Duration(res.RetryAfterMs) * time.Millisecond
+			if wait > left(deadline) {
+				return res, nil
+			}
+			if err := l.sleepUnlessWoken(ctx, r.Name, wait); err != nil {
+				return limiter.Result{}, err
+			}
+			continue
+		}
+		if res.ShadowDenied {
+			return res, nil // a shadow denial (the limiter turned SHADOW meanwhile) booked nothing
+		}
+		if res.RetryAfterMs == 0 {
+			if ctx.Err() != nil {
+				return limiter.Result{}, l.giveBackFor(booked, r, shard, context.Cause(ctx))
+			}
 			return res, nil
 		}
-		if err := sleep(ctx, wait); err != nil {
-			return limiter.Result{}, err
+		// Booked: hold the reply until the reservation's time.
+		until := time.Now().Add(time.Duration(res.RetryAfterMs) * time.Millisecond)
+		redo, err := l.holdBooking(ctx, r, booked, shard, until)
+		if err != nil || !redo {
+			if err == nil {
+				res.ResetAfterMs = max(0, res.ResetAfterMs-res.RetryAfterMs)
+				res.RetryAfterMs = 0
+			}
+			return res, err
 		}
-		r.MaxWait = left(deadline)
-		o = l.AcquireAll(ctx, []Request{r})[0]
-		res, shard, err = o.Result, o.shard, o.Err
 	}
-	if err != nil || res.RetryAfterMs == 0 || res.ShadowDenied {
-		return res, err // a shadow denial (the limiter turned SHADOW meanwhile) booked nothing
-	}
-	if err := sleep(ctx, time.Duration(res.RetryAfterMs)*time.Millisecond); err != nil {
-		// Nobody will use these permits: hand them back.
-		if gerr := l.giveBack(e, r, shard); gerr != nil {
-			return limiter.Result{}, gerr
-		}
-		return limiter.Result{}, err
-	}
-	res.ResetAfterMs = max(0, res.ResetAfterMs-res.RetryAfterMs)
-	res.RetryAfterMs = 0
-	return res, nil
 }
 
-// sleep waits d, or until ctx ends (then it returns ctx's error).
+// holdBooking holds a booked reservation until its time. It returns redo
+// when the limiter changed meanwhile (through any proxy): the booking is
+// given back and the request must be decided again under the limiter as
+// it is now. When the client leaves or the proxy shuts down, the booking
+// is given back and the cause returned; after RL.DEL, no such limiter.
+func (l *Limiters) holdBooking(ctx context.Context, r Request, booked *entry, shard int, until time.Time) (redo bool, err error) {
+	for {
+		wait := time.Until(until)
+		if wait <= 0 {
+			return false, nil
+		}
+		if err := l.sleepUnlessWoken(ctx, r.Name, wait); err != nil {
+			return false, l.giveBackFor(booked, r, shard, err)
+		}
+		if !time.Now().Before(until) {
+			return false, nil
+		}
+		now, err := l.config(ctx, r.Name, true)
+		var gone *NoLimiterError
+		switch {
+		case errors.As(err, &gone):
+			return false, err // its state went with it: nothing to give back
+		case err != nil:
+			continue // cannot tell now: keep the booking
+		case now.Epoch == booked.Epoch && now.Gen == booked.Gen:
+			continue // woken by something else (a release): keep it
+		}
+		// Changed: under KEEPSTATE the state (and the booking) carried
+		// over, so hand it back before asking again; otherwise the state
+		// is new and the give-back finds nothing of it.
+		if err := l.giveBackFor(booked, r, shard, nil); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+}
+
+// giveBackFor gives back a booking and returns cause (or the give-back's
+// error when it failed).
+func (l *Limiters) giveBackFor(e *entry, r Request, shard int, cause error) error {
+	if err := l.giveBack(e, r, shard); err != nil {
+		return err
+	}
+	return cause
+}
+
+// sleep waits d, or until ctx ends (then it returns ctx's cause: the
+// client went away, or the proxy shuts down).
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -112,7 +177,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 }
 
@@ -133,7 +198,7 @@ func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time
 	}
 	if err := q.lock(lockCtx); err != nil {
 		if ctx.Err() != nil {
-			return limiter.Result{}, ctx.Err()
+			return limiter.Result{}, context.Cause(ctx)
 		}
 		// Timed out behind other waiters: answer as a denial now.
 		res, err := l.Acquire(ctx, r)
@@ -159,9 +224,13 @@ func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time
 }
 
 // sleepUnlessWoken waits d, or until ctx ends (then it returns ctx's
-// error), or until Wake(name) is called.
+// cause), or until Wake(name) is called — by a change through this proxy,
+// or by the watch on shard 0 that notices one through another (follow.go).
 func (l *Limiters) sleepUnlessWoken(ctx context.Context, name string, d time.Duration) error {
-	w := l.sleepers.add(name)
+	w, first := l.sleepers.add(name)
+	if first {
+		go l.follow(name)
+	}
 	defer l.sleepers.remove(name, w)
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -169,39 +238,57 @@ func (l *Limiters) sleepUnlessWoken(ctx context.Context, name string, d time.Dur
 	case <-t.C:
 	case <-w:
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 	return nil
 }
 
-// Wake ends the sleep of every waiter of the limiter name that sleeps
-// until it asks the limiter again (the FIFO-queued algorithms): each asks
-// at once, so it is decided under the limiter's config as it is now, or
-// told the limiter is gone. RL.SETRATE, RL.RESET and RL.DEL through this
-// proxy call it. Waiters holding a booked reservation (token and leaky
-// buckets) are not woken yet: giving their booking back and deciding
-// them again is still to come.
+// Wake ends the sleep of every waiter of the limiter name: each is
+// decided again at once under the limiter's config as it is now (a
+// booked reservation is given back first), or told the limiter is gone.
+// RL.SETRATE, RL.RESET, RL.DEL and RL.RELEASE through this proxy call it;
+// changes through other proxies are noticed by follow.
 func (l *Limiters) Wake(name string) { l.sleepers.wake(name) }
 
 // sleepers are the waiters of each limiter now asleep, each with the
-// channel that wakes it.
+// channel that wakes it, and the limiters whose shard 0 is watched.
 type sleepers struct {
-	mu sync.Mutex
-	m  map[string]map[chan struct{}]struct{}
+	mu      sync.Mutex
+	m       map[string]map[chan struct{}]struct{}
+	watched map[string]bool
 }
 
-func (s *sleepers) add(name string) chan struct{} {
+// add registers a sleeper; first is true when nobody watches the
+// limiter yet (the caller starts the watch).
+func (s *sleepers) add(name string) (w chan struct{}, first bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
 		s.m = map[string]map[chan struct{}]struct{}{}
+		s.watched = map[string]bool{}
 	}
 	if s.m[name] == nil {
 		s.m[name] = map[chan struct{}]struct{}{}
 	}
-	w := make(chan struct{})
+	w = make(chan struct{})
 	s.m[name][w] = struct{}{}
-	return w
+	if !s.watched[name] {
+		s.watched[name] = true
+		first = true
+	}
+	return w, first
+}
+
+// unwatch ends the watch of a limiter nobody sleeps on, and reports
+// whether it did.
+func (s *sleepers) unwatch(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.m[name]) > 0 {
+		return false
+	}
+	delete(s.watched, name)
+	return true
 }
 
 func (s *sleepers) remove(name string, w chan struct{}) {

@@ -28,6 +28,13 @@ func (l guardListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
+			if l.s.draining() {
+				// Shutdown closed the listener: returning now would make
+				// redcon close every connection before the waiting and
+				// in-flight requests are answered.
+				<-l.s.drain.stopped
+				return nil, err
+			}
 			if !outOfFiles(err) {
 				return nil, err
 			}

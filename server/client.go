@@ -40,6 +40,7 @@ type client struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	conn     net.Conn
+	stopping <-chan struct{} // closed when the server shuts down (Watch)
 }
 
 func (c *client) Name() string { return c.name }
@@ -50,8 +51,12 @@ const watchEvery = 50 * time.Millisecond
 // Watch returns a context that ends when the client disconnects (checked
 // every watchEvery) or when cancel is called. Handlers that wait use it
 // so a gone client stops costing anything.
+//
+// When the server shuts down, the context ends at once with the cause
+// ErrShuttingDown (context.Cause): the waiter gives its booked permits
+// back and is answered with that error.
 func (c *client) Watch(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(parent)
+	ctx, cancel := context.WithCancelCause(parent)
 	go func() {
 		t := time.NewTicker(watchEvery)
 		defer t.Stop()
@@ -59,15 +64,18 @@ func (c *client) Watch(parent context.Context) (context.Context, context.CancelF
 			select {
 			case <-ctx.Done():
 				return
+			case <-c.stopping:
+				cancel(ErrShuttingDown)
+				return
 			case <-t.C:
 				if peerGone(c.conn) {
-					cancel()
+					cancel(nil)
 					return
 				}
 			}
 		}
 	}()
-	return ctx, cancel
+	return ctx, func() { cancel(nil) }
 }
 
 func (s *Server) accept(conn redcon.Conn) bool {
@@ -83,6 +91,8 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		ctx:     ctx,
 		cancel:  cancel,
 		conn:    conn.NetConn(),
+
+		stopping: s.drain.stopping,
 	}
 	if !s.access.Load().required {
 		c.login(everyone)

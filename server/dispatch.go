@@ -22,6 +22,7 @@ import (
 // command of this client waits for that reply to be out (c.pending).
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	c := conn.Context().(*client)
+	s.drain.busy.Add(1)
 	c.pending.Wait() // replies go out in order
 	s.opts.Poller.Begin()
 	c.cmds = append(append(c.cmds[:0], cmd), conn.ReadPipeline()...)
@@ -47,10 +48,12 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 				s.opts.Poller.End()
 				c.inflight.Add(-1)
 				c.pending.Done()
+				s.drain.busy.Add(-1)
 			})
 			return // its reply ends the request when it goes out
 		}
 	}
+	defer s.drain.busy.Add(-1)
 	defer s.opts.Poller.End()
 	c.buf = c.buf[:0]
 	for i := 0; i < len(calls) && !c.quit; {

@@ -70,7 +70,7 @@ const bigReply = 64 * 1024
 
 // writeReplies writes the replies of a pipeline (c.buf).
 func (s *Server) writeReplies(conn redcon.Conn, c *client) {
-	if len(c.buf) < bigReply {
+	if len(c.buf) < bigReply && !s.draining() {
 		conn.WriteRaw(c.buf)
 		return
 	}

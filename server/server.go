@@ -89,6 +89,11 @@ type Server struct {
 	nextID  atomic.Int64
 	mu      sync.Mutex
 	clients map[int64]*client
+
+	// Graceful shutdown (shutdown.go).
+	drain      drain
+	drainOnce  sync.Once
+	drainOnce2 sync.Once
 }
 
 type stats struct {
@@ -105,7 +110,8 @@ func New(o Options, cmds ...[]commands.Command) *Server {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	s := &Server{opts: o, started: time.Now(), clients: map[int64]*client{}}
+	s := &Server{opts: o, started: time.Now(), clients: map[int64]*client{},
+		drain: drain{stopping: make(chan struct{}), stopped: make(chan struct{})}}
 	own := append(s.connectionCommands(), s.handshakeCommands()...)
 	s.own = map[string]bool{}
 	for _, c := range own {

@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/proxy"
@@ -83,8 +84,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case <-hup:
 			cfg = reload(args, cfg, p, level, log)
 		case <-ctx.Done():
-			log.Info("shutting down")
-			p.Close()
+			stop() // a second signal ends the process at once
+			log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+			start := time.Now()
+			if err := p.Shutdown(cfg.ShutdownTimeout); err != nil {
+				log.Warn("shutdown", "err", err)
+			}
+			log.Info("shut down", "took", time.Since(start).Round(time.Millisecond))
 			return 0
 		case err := <-p.Done():
 			if err != nil {

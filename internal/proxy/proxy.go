@@ -5,9 +5,12 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"time"
 
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/commands"
@@ -24,11 +27,14 @@ const Version = "0.1.0"
 
 // Proxy is a running rlproxy.
 type Proxy struct {
-	pool    *backend.Pool
-	leases  *lease.Service
-	server  *server.Server
-	metrics *metrics
-	done    chan error
+	pool     *backend.Pool
+	limiters *ratelimit.Limiters
+	leases   *lease.Service
+	server   *server.Server
+	metrics  *metrics
+	done     chan error
+
+	closeOnce sync.Once
 
 	reloadMu sync.Mutex
 	cfg      config.Config // as started, then as last reloaded
@@ -52,14 +58,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	if err != nil {
 		return nil, err
 	}
-	limiters := ratelimit.New(pool, scripts, ratelimit.Options{
-		KeyPrefix:      cfg.KeyPrefix,
-		MaxProbes:      cfg.MaxProbes,
-		OnBackendError: backendErrorPolicy[cfg.OnBackendError],
-		DenyCache:      cfg.DenyCache,
-		DenyCacheSize:  cfg.DenyCacheSize,
-		MaxWaiters:     cfg.MaxWaiters,
-	})
+	limiters := ratelimit.New(pool, scripts, limiterOptions(cfg))
 	leases := lease.New(limiters, scripts, lease.Options{KeyPrefix: cfg.KeyPrefix, MaxWaiters: cfg.MaxWaiters})
 	var srv *server.Server
 	stats := statTable(limiters, leases, &srv, cfg.BusyPoll, poller)
@@ -76,7 +75,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		pool.Close()
 		return nil, err
 	}
-	p := &Proxy{pool: pool, leases: leases, server: srv, cfg: cfg, done: make(chan error, 1)}
+	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, cfg: cfg, done: make(chan error, 1)}
 	if cfg.MetricsListen != "" {
 		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats); err != nil {
 			srv.Close()
@@ -115,9 +114,30 @@ func (p *Proxy) Done() <-chan error { return p.done }
 // Close stops serving and closes the backends.
 func (p *Proxy) Close() error {
 	err := p.server.Close()
-	<-p.done
-	p.metrics.close()
-	p.leases.Close()
-	p.pool.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // closed by Shutdown already
+	}
+	return p.closeRest(err)
+}
+
+// Shutdown stops serving gracefully (SIGTERM): it stops accepting,
+// answers every waiting client "ERR rlproxy is shutting down" after
+// giving its booked permits back, lets the requests in flight finish
+// for up to timeout, then closes the connections and the backends.
+func (p *Proxy) Shutdown(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := p.server.Shutdown(ctx)
+	return p.closeRest(err)
+}
+
+func (p *Proxy) closeRest(err error) error {
+	p.closeOnce.Do(func() {
+		<-p.done
+		p.metrics.close()
+		p.limiters.Close()
+		p.leases.Close()
+		p.pool.Close()
+	})
 	return err
 }

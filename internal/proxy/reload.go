@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/ratelimit"
 	"github.com/rlproxy/rlproxy/server"
 )
 
@@ -54,14 +55,44 @@ func (p *Proxy) Reload(cfg config.Config) (needRestart []string, err error) {
 	return needRestart, nil
 }
 
-// applyLimiterKeys is the hook where the limiter side's live keys
-// (deny_cache, max_probes, breaker_cooldown, backend_timeout,
-// on_backend_error, max_waiters, ...) are applied on a reload: it applies
-// what changed between old and new and returns the keys it applied. It
-// applies none yet, so a change of these keys is reported as needing a
-// restart.
+// limiterOptions is the limiters' part of cfg.
+func limiterOptions(cfg config.Config) ratelimit.Options {
+	return ratelimit.Options{
+		KeyPrefix:      cfg.KeyPrefix,
+		MaxProbes:      cfg.MaxProbes,
+		OnBackendError: backendErrorPolicy[cfg.OnBackendError],
+		DenyCache:      cfg.DenyCache,
+		DenyCacheSize:  cfg.DenyCacheSize,
+		MaxWaiters:     cfg.MaxWaiters,
+	}
+}
+
+// limiterKeys are the keys Reload applies to the limiter side at once.
+// (backend_timeout is not among them: go-redis fixes a client's socket
+// timeouts when it is made, so a longer one would not take effect.)
+var limiterKeys = []string{
+	"deny_cache", "deny_cache_size", "max_probes", "on_backend_error",
+	"max_waiters", "breaker_cooldown",
+}
+
+// applyLimiterKeys applies the limiter side's live keys that changed
+// between old and new — to the limiters, the leases and the backend
+// pool — and returns them. A request that starts afterwards runs under
+// the new values.
 func (p *Proxy) applyLimiterKeys(old, new config.Config) (applied []string) {
-	return nil
+	changed := config.Changed(old, new)
+	for _, key := range limiterKeys {
+		if slices.Contains(changed, key) {
+			applied = append(applied, key)
+		}
+	}
+	if len(applied) == 0 {
+		return nil
+	}
+	p.limiters.SetOptions(limiterOptions(new))
+	p.leases.SetMaxWaiters(new.MaxWaiters)
+	p.pool.SetBreakerCooldown(new.BreakerCooldown)
+	return applied
 }
 
 // TLSAddr is the address of the TLS listener ("" without one).

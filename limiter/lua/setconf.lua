@@ -1,13 +1,26 @@
 -- setconf.lua: create or replace the config of one sub-limiter.
 --
 -- KEYS[1]  config hash of the sub-limiter
--- ARGV[1]  '1' = NX: never change an existing config
+-- ARGV[1]  who writes: '0' shard 0 (the limiter's config: it decides the
+--          generation), '1' shard 0 with NX: never change an existing
+--          config, 'F' a follower shard: written only when the given gen
+--          (the 'gen' field of ARGV[5..]) is newer than the stored one
+--          (compare-and-set), 'R' a follower replaced whatever it holds
+--          (repair), 'D' a follower deleted when its gen is older than the
+--          given one
 -- ARGV[2]  '1' = KEEPSTATE: keep the epoch (and so the state) when only the
 --          rate, interval, burst, TTL, shadow or limits change
 -- ARGV[3]  epoch for a new config (a fresh epoch means fresh, empty state)
 -- ARGV[4]  ttl_ms of the limiter (0 = no TTL)
--- ARGV[5..] field, value, ... of the config (everything but epoch)
--- Reply: {changed (1|0), epoch in force, shard count before (0 = none)}
+-- ARGV[5..] field, value, ... of the config (everything but epoch; a
+--          follower's also carries 'gen', shard 0's generation)
+-- Reply: {changed (1|0), epoch in force, shard count before (0 = none),
+--         gen in force ('0' = none)}
+--
+-- The generation: shard 0 stores gen = max(TIME in microseconds, old gen
+-- + 1) whenever its config changes, so gens only grow. A follower takes
+-- a config only with a higher gen than it holds: however writers from
+-- many proxies interleave, every follower ends on shard 0's config.
 local cur = {}
 local flat = redis.call('HGETALL', KEYS[1])
 for i = 1, #flat, 2 do
@@ -21,6 +34,35 @@ end
 -- stored but not given is a change too.
 local optional = {'shadow', 'limits', 'sub_limits'}
 
+local mode = ARGV[1]
+if mode == 'F' or mode == 'R' or mode == 'D' then
+  local gen = 0
+  for i = 5, #ARGV, 2 do
+    if ARGV[i] == 'gen' then gen = tonumber(ARGV[i + 1]) or 0 end
+  end
+  local have = tonumber(cur.gen or '0') or 0
+  if mode ~= 'R' and cur.epoch and have >= gen then
+    return {0, cur.epoch, tonumber(cur.shards) or 0, cur.gen or '0'}
+  end
+  if mode == 'D' then
+    redis.call('DEL', KEYS[1])
+    return {1, '', tonumber(cur.shards or 0) or 0, '0'}
+  end
+  redis.call('DEL', KEYS[1])
+  local args = {'epoch', ARGV[3]}
+  for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
+  redis.call('HSET', KEYS[1], unpack(args))
+  refresh(tonumber(ARGV[4]))
+  return {1, ARGV[3], tonumber(cur.shards or 0) or 0, tostring(gen)}
+end
+
+-- Shard 0: the next generation, after every one it ever stored.
+local function next_gen()
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return string.format('%d', math.max(us, (tonumber(cur.gen or '0') or 0) + 1))
+end
+
 if cur.epoch then
   local same = true
   local given = {}
@@ -31,10 +73,15 @@ if cur.epoch then
   for _, f in ipairs(optional) do
     if cur[f] and not given[f] then same = false end
   end
-  if ARGV[1] == '1' or same then
+  if mode == '1' or same then
     -- The config in force keeps its own TTL (NX may ask for another one).
     refresh(tonumber(cur.ttl_ms) or 0)
-    return {0, cur.epoch, tonumber(cur.shards)}
+    if not cur.gen then
+      -- Written by an rlproxy without generations: give it one.
+      cur.gen = next_gen()
+      redis.call('HSET', KEYS[1], 'gen', cur.gen)
+    end
+    return {0, cur.epoch, tonumber(cur.shards), cur.gen}
   end
 end
 
@@ -53,9 +100,10 @@ if ARGV[2] == '1' and cur.epoch and cur.algo == new.algo and cur.mode == new.mod
   epoch = cur.epoch
 end
 
+local gen = next_gen()
 redis.call('DEL', KEYS[1])
-local args = {'epoch', epoch}
+local args = {'epoch', epoch, 'gen', gen}
 for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(args))
 refresh(tonumber(ARGV[4]))
-return {1, epoch, tonumber(cur.shards or 0)}
+return {1, epoch, tonumber(cur.shards or 0), gen}

@@ -1,0 +1,53 @@
+package proxy
+
+import (
+	"testing"
+	"time"
+)
+
+// Shutdown answers every kind of waiter — RL.ACQUIRE on each algorithm
+// and RL.LEASE — "ERR rlproxy is shutting down" at once, and gives the
+// bookings back: a proxy on the same Redis sees the limiters as the
+// grants left them.
+func TestShutdownAnswersEveryWaiter(t *testing.T) {
+	t.Parallel()
+	f := startFleet(t, 2)
+	a, b := f.proxies[0], f.proxies[1]
+	algos := []string{"token-bucket", "leaky-bucket", "sliding-log", "sliding-window", "fixed-window"}
+	var waits []func() ([]any, []error)
+	for _, algo := range algos {
+		a.Do(t, "RL.SETRATE", algo, 1, "1h", "ALGO", algo).Equal(int64(1))
+		a.Do(t, "RL.ACQUIRE", algo).Acquire()
+		waits = append(waits, waitAll(t, a, 3, "RL.ACQUIRE", algo, "BLOCK"))
+	}
+	a.Do(t, "RL.SETRATE", "db", 1, "1h", "ALGO", "concurrency").Equal(int64(1))
+	a.Do(t, "RL.LEASE", "db")
+	waits = append(waits, waitAll(t, a, 3, "RL.LEASE", "db", "BLOCK"))
+	time.Sleep(300 * time.Millisecond) // all are waiting
+	start := time.Now()
+	if err := a.proxy.Shutdown(5 * time.Second); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	took := time.Since(start)
+	for i, w := range waits {
+		vals, errs := w()
+		for j, err := range errs {
+			if err == nil || err.Error() != "ERR rlproxy is shutting down" {
+				t.Errorf("waiter %d/%d: %v %v, want ERR rlproxy is shutting down", i, j, vals[j], err)
+			}
+		}
+	}
+	t.Logf("Shutdown with 18 waiters took %v", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Errorf("Shutdown took %v with nothing in flight", took)
+	}
+	// The bookings were given back: one permit in use, the next due
+	// within the hour (a sliding window's weighting may add some), not
+	// the 3 more hours the bookings had pushed it to.
+	for _, algo := range algos {
+		g := b.Do(t, "RL.ACQUIRE", algo).Acquire()
+		if g.Granted || g.RetryAfter > 2*time.Hour {
+			t.Errorf("%s after the shutdown: %+v, want a denial with retry_after <= 2h", algo, g)
+		}
+	}
+}

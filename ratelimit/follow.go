@@ -1,0 +1,54 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+)
+
+// followEvery is how often a proxy reads shard 0's config of a limiter it
+// has waiters asleep on, to notice a change made through another proxy:
+// those waiters are decided again within about this long.
+const followEvery = 500 * time.Millisecond
+
+// follow watches shard 0's config of limiter name while this proxy has
+// waiters asleep on it: one small read every followEvery. When the epoch
+// or generation differs from what the waiters were decided under (a
+// RL.SETRATE, RL.RESET or RL.DEL through any proxy), the cached config is
+// dropped and the waiters are woken (Wake).
+func (l *Limiters) follow(name string) {
+	var epoch, gen string
+	if e := l.configs.get(name); e != nil {
+		epoch, gen = e.Epoch, e.Gen
+	}
+	known := epoch != ""
+	t := time.NewTicker(followEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-l.closing:
+			l.sleepers.unwatch(name)
+			return
+		}
+		if l.sleepers.unwatch(name) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), followEvery)
+		h, err := l.nodes(name, 1)[0].HGetAll(ctx, l.keys.Config(name, 0))
+		cancel()
+		if err != nil {
+			continue
+		}
+		if known && h["epoch"] == epoch && h["gen"] == gen {
+			continue
+		}
+		if known || len(h) == 0 {
+			l.forget(name)
+			l.Wake(name)
+		}
+		epoch, gen, known = h["epoch"], h["gen"], true
+	}
+}
+
+// Close ends the watches of follow. Waiters end with their contexts.
+func (l *Limiters) Close() { l.closeOnce.Do(func() { close(l.closing) }) }
