@@ -55,6 +55,7 @@ type guardedConn struct {
 	// RESET ends the authentication the next command is judged by).
 	count, word1 int64
 	word         [5]byte
+	cr           bool  // the current argument's CRLF began with CR
 	big          bool  // this connection sent a big request (memory to give back)
 	err          error // a protocol error to report at the next Read
 
@@ -216,7 +217,8 @@ func (c *guardedConn) Close() error {
 
 // scan follows the framing through b and returns how many bytes of it
 // are good: all of b; or up to the first bad byte, with c.err set; or,
-// before AUTH, up to the end of the first whole command in b.
+// before AUTH, up to the end of the first whole command in b; or up to
+// an inline command, which is handed over by itself.
 func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 	for i := 0; i < len(b); i++ {
 		ch := b[i]
@@ -225,6 +227,12 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 		case stStart:
 			if ch == '*' {
 				c.st, c.n, c.size = stCount, -1, 1
+			} else if ch != '\n' && i > 0 {
+				// An inline command goes to redcon on its own: a bad one
+				// (unbalanced quotes) ends the connection inside redcon,
+				// and the commands before it must be answered first.
+				c.size--
+				return i
 			} else if ch != '\n' {
 				c.st, c.n = stInline, 1
 			}
@@ -288,16 +296,28 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 				c.word1 = c.n
 			}
 		case stBody:
-			skip := min(c.body, int64(len(b)-i))
-			if c.args == c.count && c.word1 == int64(len(c.word)) {
-				at := len(c.word) + 2 - int(c.body) // where b[i] is in the word and its CRLF
-				for k := 0; k < int(skip) && at+k < len(c.word); k++ {
-					c.word[at+k] = b[i+k]
+			if c.body <= 2 {
+				// The argument's CRLF: redcon refuses anything else, and
+				// the commands before must be answered before it does.
+				// Judged once both bytes are in, as redcon does.
+				if c.body == 2 {
+					c.cr = ch == '\r'
+				} else if !c.cr || ch != '\n' {
+					return c.fail(max(i-1, 0), "invalid bulk length")
 				}
+				c.body--
+			} else {
+				skip := min(c.body-2, int64(len(b)-i))
+				if c.args == c.count && c.word1 == int64(len(c.word)) {
+					at := len(c.word) + 2 - int(c.body) // where b[i] is in the word
+					for k := 0; k < int(skip) && at+k < len(c.word); k++ {
+						c.word[at+k] = b[i+k]
+					}
+				}
+				c.body -= skip
+				c.size += skip - 1
+				i += int(skip) - 1
 			}
-			c.body -= skip
-			c.size += skip - 1
-			i += int(skip) - 1
 			if c.body == 0 {
 				if c.args--; c.args == 0 {
 					c.st = stStart
