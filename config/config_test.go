@@ -162,10 +162,11 @@ key_prefix: "file:"
 			timeout: 2 * time.Second, shards: 5, keyPrefix: "file:",
 		},
 		{
+			// DESIGN.md: environment variables override flags and file.
 			// Flags not given (e.g. --key-prefix) must not reset the file's value.
-			name: "flags over env", env: true, args: flags,
-			listen: "127.0.0.1:3003", backends: []string{"redis://flag-a:6379", "redis://flag-b:6379"},
-			timeout: 3 * time.Second, shards: 7, keyPrefix: "file:",
+			name: "env over flags", env: true, args: flags,
+			listen: "127.0.0.1:2002", backends: []string{"redis://env-a:6379", "redis://env-b:6379", "redis://env-c:6379"},
+			timeout: 2 * time.Second, shards: 5, keyPrefix: "file:",
 		},
 		{
 			name: "flags over file", args: flags,

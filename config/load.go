@@ -29,9 +29,12 @@ var (
 const envPrefix = "RLPROXY"
 
 // Load builds the Config from, lowest to highest precedence: Default(), the
-// YAML file named by --config (or $RLPROXY_CONFIG), RLPROXY_* environment
-// variables and the flags in args (which exclude the program name). The
-// result is validated. Usage goes to stderr when --help is given.
+// YAML file named by --config (or $RLPROXY_CONFIG), the flags in args
+// (which exclude the program name) and RLPROXY_* environment variables —
+// the order DESIGN.md's CLI contract gives: flags override the file, the
+// environment overrides both (a deployment's environment has the last
+// word over a command line baked into an image). The result is
+// validated. Usage goes to stderr when --help is given.
 func Load(args []string, stderr io.Writer) (Config, error) {
 	if stderr == nil {
 		stderr = io.Discard
@@ -54,8 +57,8 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	v := viper.New()
 
 	path, _ := fs.GetString("config")
-	if !fs.Changed("config") {
-		path = os.Getenv(envPrefix + "_CONFIG")
+	if env := os.Getenv(envPrefix + "_CONFIG"); env != "" {
+		path = env
 	}
 	if path != "" {
 		if err := readFile(v, path); err != nil {
@@ -76,11 +79,15 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	}
 
 	// Only flags given on the command line count: a flag's default must not
-	// override the file or the environment. Set is viper's top precedence.
+	// override the file. Set is viper's top precedence, so a flag whose
+	// environment variable is set is left out: the environment wins.
 	fs.Visit(func(f *pflag.Flag) {
 		key := flagKey(f.Name)
 		if !slices.Contains(keys(), key) {
 			return // --config, --help, --version
+		}
+		if os.Getenv(envName(key)) != "" {
+			return
 		}
 		if sv, ok := f.Value.(pflag.SliceValue); ok {
 			v.Set(key, sv.GetSlice())
@@ -262,11 +269,16 @@ rlproxy is a Redis-protocol proxy serving rate limiters (RL.SETRATE,
 RL.ACQUIRE, ...) that run as Lua scripts on backend Redis servers.
 
 Settings come from, lowest to highest precedence: built-in defaults, the
-YAML file given with --config, RLPROXY_* environment variables, and flags.
+YAML file given with --config, flags, and RLPROXY_* environment variables.
 Flag --some-key is YAML key some_key and variable RLPROXY_SOME_KEY (--backend
 is backends and RLPROXY_BACKENDS); list variables are comma-separated.
 
 Flags:
 `)
 	fmt.Fprint(w, fs.FlagUsages())
+}
+
+// envName is the environment variable of key.
+func envName(key string) string {
+	return envPrefix + "_" + strings.ToUpper(key)
 }
