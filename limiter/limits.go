@@ -14,12 +14,18 @@ import (
 // limiter's) and for reservations (TIMEOUT up to 3650 days on top).
 const MaxRefill = 36500 * 24 * time.Hour
 
-// Check reports a config the scripts cannot serve: further limits on an
-// algorithm without them or with fewer permits than shards, or durations
+// Check reports a config the scripts cannot serve: SHADOW on a
+// concurrency limiter, further limits on an algorithm without them or with fewer permits than shards, or durations
 // that would leave the range a script can compute and reply exactly (a
 // full bucket must refill within MaxRefill). The parser checks each
 // value's own range (MaxRate, MaxInterval, MaxShards) first.
 func (c Config) Check() error {
+	if c.Shadow && c.Algo == Concurrency {
+		// A dry run grants what it would deny; a semaphore that grants
+		// past its limit is no semaphore, and its leases would have to be
+		// returned all the same.
+		return fmt.Errorf("SHADOW applies to the rate algorithms, not %s", c.Algo)
+	}
 	if extra := c.Limits.List(); len(extra) > 0 {
 		if !c.Algo.MultiLimit() {
 			return fmt.Errorf("LIMIT applies to token-bucket, sliding-log, sliding-window and fixed-window, not %s", c.Algo)

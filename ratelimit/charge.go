@@ -19,10 +19,10 @@ func (l *Limiters) Charge(ctx context.Context, r Request) (limiter.Result, error
 		if err != nil {
 			return limiter.Result{}, err
 		}
-		script := l.scripts.For(st.Config)
-		if script == nil {
-			return limiter.Result{}, fmt.Errorf("algorithm '%s' is not supported yet", st.Algo)
+		if st.Algo == limiter.Concurrency {
+			return limiter.Result{}, limiter.ErrLeaseOnly{Name: r.Name}
 		}
+		script := st.script
 		out := limiter.Result{Granted: true}
 		charged, changed := 0, false
 		for shard, share := range sharding.Split(r.Permits, st.Shards) {

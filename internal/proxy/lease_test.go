@@ -73,6 +73,9 @@ func TestLeaseSession(t *testing.T) {
 	h.Do(t, "RL.ACQUIRE", "db").ErrContains("RL.LEASE")
 	h.Do(t, "RL.ACQUIRE", "db", "TIMEOUT", "1s").ErrContains("RL.LEASE")
 	h.Do(t, "RL.RELEASE", "db", 1).ErrContains("RL.RETURN")
+	h.Do(t, "RL.CHARGE", "db", 1).ErrContains("RL.LEASE")
+	h.Do(t, "RL.AVAILABLE", "db").Equal(int64(1)) // the charge took nothing
+	h.Do(t, "RL.SETRATE", "db", 2, "10s", "ALGO", "concurrency", "SHADOW").ErrContains("SHADOW applies to the rate algorithms, not concurrency")
 	h.Do(t, "RL.LEASE", "db", 3).ErrContains("more than the limit")
 	h.Do(t, "RL.RESET", "db").Equal(int64(1))
 	h.Do(t, "RL.AVAILABLE", "db").Equal(int64(2))
