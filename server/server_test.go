@@ -365,6 +365,18 @@ func TestHello(t *testing.T) {
 	if got := c.do("HELLO", "3", "AUTH", "default", "pw"); got != "%7\r\n"+helloMap(3, id) {
 		t.Errorf("HELLO 3 AUTH default pw: %q", got)
 	}
+	// Any other user does not exist (Redis 7: WRONGPASS), and HELLO then
+	// changes nothing: the connection stays on RESP3 from the HELLO above.
+	const wrongpass = "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+	if got := c.do("AUTH", "app", "pw"); got != wrongpass {
+		t.Errorf("AUTH app pw: %q", got)
+	}
+	if got := c.do("HELLO", "2", "AUTH", "app", "pw"); got != wrongpass {
+		t.Errorf("HELLO 2 AUTH app pw: %q", got)
+	}
+	if got := c.do("PING"); got != "+PONG\r\n" {
+		t.Errorf("PING after failed AUTHs: %q", got)
+	}
 }
 
 func TestAuth(t *testing.T) {

@@ -157,8 +157,13 @@ func noPerm(u *user, command string) error {
 func (s *Server) authenticate(c *client, name, password string, named bool) error {
 	a := s.access.Load()
 	if !a.required {
-		if !named {
+		switch {
+		case !named:
 			return fmt.Errorf("AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+		case name != "default":
+			// As Redis 7 without users: only "default" exists (any password).
+			s.authFailed(c, name)
+			return fmt.Errorf("WRONGPASS invalid username-password pair or user is disabled.")
 		}
 		c.login(everyone)
 		return nil
