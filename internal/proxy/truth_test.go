@@ -289,4 +289,21 @@ func TestStaleFollowerRepaired(t *testing.T) {
 			t.Errorf("%s: after the calls: %v", tc.name, err)
 		}
 	}
+
+	// RL.CHARGE as the first call after a writer stopped part way: each
+	// follower is repaired and charged once, shard 0 not twice.
+	h.Do(t, "RL.SETRATE", "charge-behind", 400, "1h", "SHARDS", 4).Equal(int64(1))
+	for shard := 1; shard < 4; shard++ {
+		key := keys.Config("charge-behind", shard)
+		if err := follower("charge-behind", shard, 4).HSet(ctx, key, "epoch", "oldepoch", "gen", "1", "sub_rate", 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := h.Do(t, "RL.CHARGE", "charge-behind", 400).Acquire(); !res.Granted || res.Remaining != 0 {
+		t.Errorf("RL.CHARGE 400 of 400 over stale followers: %+v, want granted, 0 remaining", res)
+	}
+	h.Do(t, "RL.AVAILABLE", "charge-behind").Equal(int64(0))
+	if _, err := f.consistent("charge-behind"); err != nil {
+		t.Errorf("charge-behind: after RL.CHARGE: %v", err)
+	}
 }
