@@ -142,6 +142,13 @@ type Config struct {
 	// every connection is closed. Must be > 0. Defaults to 5s.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
 
+	// (Optional) On SIGTERM / SIGINT, how long /readyz answers 503
+	// (draining) while clients are still served, before the listeners
+	// close: time for a load balancer to stop sending new clients. Only
+	// when metrics_listen serves /readyz; it is part of shutdown_timeout,
+	// so it must be >= 0 and < shutdown_timeout. Defaults to 1s.
+	ShutdownReadyDelay time.Duration `mapstructure:"shutdown_ready_delay"`
+
 	// (Optional) How long a connection polls its socket for a reply (or a
 	// client's next request) before sleeping, when the proxy is otherwise
 	// idle: it spares a thread wake-up per hop at light load, for CPU that
@@ -174,8 +181,9 @@ type Config struct {
 	// (Optional) Log line format: "text" or "json". Defaults to "text".
 	LogFormat string `mapstructure:"log_format"`
 
-	// (Optional) Address serving Prometheus metrics at /metrics, for example
-	// "127.0.0.1:9121". Empty disables the metrics endpoint. Defaults to "".
+	// (Optional) Address serving Prometheus metrics at /metrics and the
+	// health checks /healthz and /readyz, for example "127.0.0.1:9121".
+	// Empty disables all three. Defaults to "".
 	MetricsListen string `mapstructure:"metrics_listen"`
 }
 
@@ -183,36 +191,37 @@ type Config struct {
 // environment variable or flag sets. It is the only place defaults live.
 func Default() Config {
 	return Config{
-		Listen:          "127.0.0.1:6380",
-		Backends:        nil,
-		Cluster:         nil,
-		RequirePass:     "",
-		Users:           nil,
-		TLSListen:       "",
-		TLSCertFile:     "",
-		TLSKeyFile:      "",
-		TLSClientCAFile: "",
-		MaxClients:      10000,
-		Timeout:         0,
-		MaxRequestBytes: 1 << 20,
-		MaxNameLength:   512,
-		KeyPrefix:       "rl:",
-		DefaultShards:   1,
-		ShardRate:       50000,
-		MaxAutoShards:   64,
-		MaxProbes:       2,
-		OnBackendError:  FailWithError,
-		BackendTimeout:  500 * time.Millisecond,
-		BreakerCooldown: time.Second,
-		ShutdownTimeout: 5 * time.Second,
-		BusyPoll:        100 * time.Microsecond,
-		PoolSize:        0,
-		DenyCache:       true,
-		DenyCacheSize:   100_000,
-		MaxWaiters:      10000,
-		LogLevel:        "info",
-		LogFormat:       "text",
-		MetricsListen:   "",
+		Listen:             "127.0.0.1:6380",
+		Backends:           nil,
+		Cluster:            nil,
+		RequirePass:        "",
+		Users:              nil,
+		TLSListen:          "",
+		TLSCertFile:        "",
+		TLSKeyFile:         "",
+		TLSClientCAFile:    "",
+		MaxClients:         10000,
+		Timeout:            0,
+		MaxRequestBytes:    1 << 20,
+		MaxNameLength:      512,
+		KeyPrefix:          "rl:",
+		DefaultShards:      1,
+		ShardRate:          50000,
+		MaxAutoShards:      64,
+		MaxProbes:          2,
+		OnBackendError:     FailWithError,
+		BackendTimeout:     500 * time.Millisecond,
+		BreakerCooldown:    time.Second,
+		ShutdownTimeout:    5 * time.Second,
+		ShutdownReadyDelay: time.Second,
+		BusyPoll:           100 * time.Microsecond,
+		PoolSize:           0,
+		DenyCache:          true,
+		DenyCacheSize:      100_000,
+		MaxWaiters:         10000,
+		LogLevel:           "info",
+		LogFormat:          "text",
+		MetricsListen:      "",
 	}
 }
 
@@ -292,6 +301,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown_timeout must be > 0 (got %q)", c.ShutdownTimeout.String())
+	}
+	if c.ShutdownReadyDelay < 0 || (c.ShutdownTimeout > 0 && c.ShutdownReadyDelay >= c.ShutdownTimeout) {
+		bad("shutdown_ready_delay must be >= 0 and less than shutdown_timeout %s (got %q)", c.ShutdownTimeout, c.ShutdownReadyDelay.String())
 	}
 	if c.BusyPoll < 0 || c.BusyPoll > 10*time.Millisecond {
 		bad("busy_poll must be between 0 and 10ms (got %q)", c.BusyPoll.String())

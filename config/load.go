@@ -249,6 +249,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.Duration(flagName("backend_timeout"), d.BackendTimeout, "time limit of each backend dial, read and write (> 0)")
 	fs.Duration(flagName("breaker_cooldown"), d.BreakerCooldown, "how long a failed backend node is skipped before a probe call (> 0)")
 	fs.Duration(flagName("shutdown_timeout"), d.ShutdownTimeout, "how long SIGTERM/SIGINT may take to drain waiting clients and requests in flight (> 0)")
+	fs.Duration(flagName("shutdown_ready_delay"), d.ShutdownReadyDelay, "on SIGTERM/SIGINT, how long /readyz answers 503 while clients are still served, before the listeners close (part of --shutdown-timeout; only with --metrics-listen)")
 	fs.Duration(flagName("busy_poll"), d.BusyPoll, "how long an otherwise idle proxy polls a socket before sleeping (0 = never)")
 	fs.Int(flagName("pool_size"), d.PoolSize, "connections per backend node (0: go-redis default, 10 per CPU)")
 	fs.Bool(flagName("deny_cache"), d.DenyCache, "answer denials locally until their retry_after (disable with --deny-cache=false)")

@@ -11,14 +11,15 @@ import (
 	"github.com/rlproxy/rlproxy/backend"
 )
 
-// metrics serves Prometheus metrics: the stats table (stats.go), which
-// INFO reads too, and each backend node's backend.Stats.
+// metrics serves Prometheus metrics — the stats table (stats.go), which
+// INFO reads too, and each backend node's backend.Stats — and the health
+// checks (health.go).
 type metrics struct {
 	srv *http.Server
 	ln  net.Listener
 }
 
-func startMetrics(addr string, pool *backend.Pool, table []stat) (*metrics, error) {
+func startMetrics(addr string, pool *backend.Pool, table []stat, h *health) (*metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(statCollectors(table)...)
@@ -47,6 +48,7 @@ func startMetrics(addr string, pool *backend.Pool, table []stat) (*metrics, erro
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	h.handle(mux)
 	m := &metrics{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
 	go m.srv.Serve(ln) //nolint:errcheck // returns ErrServerClosed on close
 
