@@ -53,13 +53,28 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("config: unexpected argument %q: settings are given as --flags (see --help)", fs.Arg(0))
 	}
-
-	v := viper.New()
-
+	if file, _ := fs.GetString("check-config"); file != "" {
+		if fs.Changed("config") {
+			return Config{}, errors.New("config: --check-config names the file to check: leave out --config")
+		}
+		c, err := load(fs, file)
+		return Config{}, check(c, err)
+	}
 	path, _ := fs.GetString("config")
 	if env := os.Getenv(envPrefix + "_CONFIG"); env != "" {
 		path = env
 	}
+	c, err := load(fs, path)
+	if err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// load builds the Config from the flags in fs, the file at path (if
+// any), and the environment, and validates it.
+func load(fs *pflag.FlagSet, path string) (Config, error) {
+	v := viper.New()
 	if path != "" {
 		if err := readFile(v, path); err != nil {
 			return Config{}, err
@@ -84,7 +99,7 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	fs.Visit(func(f *pflag.Flag) {
 		key := flagKey(f.Name)
 		if !slices.Contains(keys(), key) {
-			return // --config, --help, --version
+			return // --config, --check-config, --help, --version
 		}
 		if os.Getenv(envName(key)) != "" {
 			return
@@ -106,10 +121,7 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 		c.Users = nil // "users: []" equals an absent key
 	}
 
-	if err := c.Validate(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
+	return c, c.Validate() // c too: --check-config parses its TLS files
 }
 
 // readFile loads the YAML file at path into v and rejects keys Config does
@@ -215,7 +227,7 @@ func cleanList(list []string) []string {
 	return out
 }
 
-// newFlagSet defines --config, --help, --version and one flag per key, with
+// newFlagSet defines --config, --check-config, --help, --version and one flag per key, with
 // Default() values as the defaults shown by --help.
 func newFlagSet() *pflag.FlagSet {
 	d := Default()
@@ -258,6 +270,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.String(flagName("log_level"), d.LogLevel, "minimum log `level`: debug, info, warn or error")
 	fs.String(flagName("log_format"), d.LogFormat, "log `format`: text or json")
 	fs.String(flagName("metrics_listen"), d.MetricsListen, "`address` serving Prometheus /metrics, e.g. 127.0.0.1:9121 (empty: off)")
+	fs.String("check-config", "", "check the config `file` (with the other flags and RLPROXY_* variables, as rlproxy would read it; users, TLS files) without starting: prints ok or one line per problem, exits 0 or 1")
 	fs.BoolP("help", "h", false, "print this help and exit")
 	fs.Bool("version", false, "print the version and exit")
 	return fs
