@@ -40,6 +40,14 @@ func startMetrics(addr string, pool *backend.Pool, table []stat, h *health) (*me
 			}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "rlproxy", Name: "backend_avg_latency_seconds",
 				Help: "Average latency of calls to a backend node.", ConstLabels: labels}, func() float64 { return stats().AvgLatency.Seconds() }),
+			// The mean since start times the calls: the time spent, which
+			// rate() over a window divides by the calls' rate, so a
+			// dashboard shows the mean latency of that window.
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rlproxy", Name: "backend_call_seconds_total",
+				Help: "Time spent in calls to a backend node (script calls and their pipelines).", ConstLabels: labels}, func() float64 {
+				s := stats()
+				return s.AvgLatency.Seconds() * float64(s.Calls)
+			}),
 		)
 	}
 	ln, err := net.Listen("tcp", addr)

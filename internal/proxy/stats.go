@@ -30,6 +30,7 @@ type stat struct {
 // be set after the table is made.
 func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server, budget time.Duration, p *busypoll.Poller) []stat {
 	lim := func(f func(ratelimit.Stats) int64) func() int64 { return func() int64 { return f(l.Stats()) } }
+	front := func(f func(server.Counters) int64) func() int64 { return func() int64 { return f((*srv).Counters()) } }
 	if p == nil {
 		budget = 0
 	}
@@ -57,6 +58,16 @@ func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server
 			func() int64 { _, caught := p.Stats(); return caught }},
 		{"", "auth_failures", "auth_failures_total", "AUTH and HELLO ... AUTH calls that failed.", false,
 			func() int64 { return (*srv).AuthFailures() }},
+		{"", "total_commands_processed", "commands_total", "Commands processed, every kind.", false,
+			front(func(c server.Counters) int64 { return c.Commands })},
+		{"", "connected_clients", "connected_clients", "Client connections open now.", true,
+			front(func(c server.Counters) int64 { return c.ConnectedClients })},
+		{"", "total_connections_received", "connections_received_total", "Client connections accepted.", false,
+			front(func(c server.Counters) int64 { return c.Connections })},
+		{"", "rejected_connections", "rejected_connections_total", "Client connections refused: max_clients reached.", false,
+			front(func(c server.Counters) int64 { return c.Rejected })},
+		{"", "recovered_panics", "recovered_panics_total", "Command handler panics recovered (a bug: the client got an error).", false,
+			front(func(c server.Counters) int64 { return c.Panics })},
 	}
 }
 
