@@ -24,7 +24,7 @@ var errDraining = errors.New("draining: rlproxy is shutting down")
 type health struct {
 	nodes    []*backend.Node
 	scripts  []*redis.Script
-	timeout  time.Duration // bounds one check of all nodes
+	timeout  time.Duration // bounds each call of a check (backend_timeout)
 	draining atomic.Bool
 }
 
@@ -34,12 +34,14 @@ func (h *health) ready(ctx context.Context) error {
 	if h.draining.Load() {
 		return errDraining
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	// Each node's calls get timeout; a cluster also finds its masters
+	// first, hence the outer bound.
+	ctx, cancel := context.WithTimeout(ctx, 3*h.timeout)
 	defer cancel()
 	errs := make([]error, len(h.nodes))
 	var wg sync.WaitGroup
 	for i, n := range h.nodes {
-		wg.Go(func() { errs[i] = n.Check(ctx, h.scripts) })
+		wg.Go(func() { errs[i] = n.Check(ctx, h.timeout, h.scripts) })
 	}
 	wg.Wait()
 	var reasons []string

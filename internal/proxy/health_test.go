@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/redistest"
 )
 
 // readyz returns /readyz's status and body.
@@ -52,5 +53,36 @@ func TestReadyzBreakerOpen(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Errorf("after the cooldown: %v, want 200", err)
+	}
+}
+
+// On Redis Cluster /readyz checks every master: one frozen makes it 503
+// naming that master; back, it is 200 again.
+func TestReadyzCluster(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3)
+	h := startProxy(t, nil, func(c *config.Config) {
+		c.Cluster = cluster.URLs()
+		c.MetricsListen = "127.0.0.1:0"
+		c.BackendTimeout = 200 * time.Millisecond
+	})
+	if code, body := readyz(t, h); code != http.StatusOK {
+		t.Fatalf("/readyz: %d %q, want 200", code, body)
+	}
+	frozen := cluster.Nodes[1]
+	frozen.Pause(t)
+	code, body := readyz(t, h)
+	t.Logf("/readyz with a master frozen: %d %q", code, body)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, frozen.Addr()) {
+		t.Errorf("/readyz with master %s frozen: %d %q, want 503 naming it", frozen.Addr(), code, body)
+	}
+	frozen.Resume(t)
+	if err := eventually(5*time.Second, func() error {
+		if code, body := readyz(t, h); code != http.StatusOK {
+			return fmt.Errorf("/readyz %d %q", code, body)
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("after SIGCONT: %v, want 200", err)
 	}
 }
