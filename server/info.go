@@ -9,8 +9,10 @@ import (
 )
 
 // info answers INFO [section ...] with "# Section" blocks of field:value
-// lines, like Redis. ioredis waits for "loading:0" before it is ready.
-func (s *Server) info(_ *client, args []string) (any, error) {
+// lines, like Redis. ioredis waits for "loading:0" before it is ready, so
+// every user gets INFO; a user without admin gets it without the
+// AdminOnly sections (backend addresses), as if they did not exist.
+func (s *Server) info(c *client, args []string) (any, error) {
 	sections := []InfoSection{
 		{Name: "Server", Lines: s.serverInfo},
 		{Name: "Clients", Lines: func() []string {
@@ -27,6 +29,7 @@ func (s *Server) info(_ *client, args []string) (any, error) {
 				fmt.Sprintf("rejected_connections:%d", s.stats.rejected.Load()),
 				fmt.Sprintf("accept_errors_out_of_fds:%d", s.stats.acceptErrors.Load()),
 				fmt.Sprintf("auth_failures:%d", s.AuthFailures()),
+				fmt.Sprintf("tls_handshake_failures:%d", s.TLSHandshakeFailures()),
 				fmt.Sprintf("recovered_panics:%d", s.stats.panics.Load()),
 			}
 		}},
@@ -56,9 +59,11 @@ func (s *Server) info(_ *client, args []string) (any, error) {
 		want[strings.ToLower(a)] = true
 	}
 	all := len(want) == 0 || want["all"] || want["default"] || want["everything"]
+	u := c.user.Load()
+	admin := u == nil || u.admin
 	var b strings.Builder
 	for _, sec := range sections {
-		if !all && !want[strings.ToLower(sec.Name)] {
+		if !all && !want[strings.ToLower(sec.Name)] || sec.AdminOnly && !admin {
 			continue
 		}
 		if b.Len() > 0 {

@@ -57,6 +57,8 @@ func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server
 			func() int64 { _, caught := p.Stats(); return caught }},
 		{"", "auth_failures", "auth_failures_total", "AUTH and HELLO ... AUTH calls that failed.", false,
 			func() int64 { return (*srv).AuthFailures() }},
+		{"", "tls_handshake_failures", "tls_handshake_failures_total", "Clients' TLS handshakes that failed.", false,
+			func() int64 { return (*srv).TLSHandshakeFailures() }},
 	}
 }
 
