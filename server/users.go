@@ -9,6 +9,7 @@ import (
 
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/oneline"
 	"github.com/tidwall/match"
 )
 
@@ -139,7 +140,7 @@ func (s *Server) permit(c *client, cmd, sub *commands.Command, args []string) er
 		return noPerm(u, strings.ToLower(cmd.Name))
 	}
 	if hasKey && !u.mayTouch(key) {
-		return fmt.Errorf("NOPERM No permissions to access the '%s' limiter", quoteArg(key))
+		return fmt.Errorf("NOPERM No permissions to access the %s limiter", oneline.Quote(key))
 	}
 	return nil
 }
@@ -181,7 +182,7 @@ func (c *client) login(u *user) {
 }
 
 func (s *Server) authFailed(c *client, name string) {
-	s.authFails.add(s.opts.Log, "authentication failed", "addr", c.addr, "user", quoteArg(name))
+	s.authFails.add(s.opts.Log, "authentication failed", "addr", c.addr, "user", oneline.Quote(name))
 }
 
 // userName is the name CLIENT INFO shows: "default" before AUTH, as Redis.
