@@ -44,9 +44,3 @@ func (f *failures) add(log *slog.Logger, msg string, attrs ...any) {
 func (s *Server) tlsHandshakeFailed(addr net.Addr, err error) {
 	s.tlsFails.add(s.opts.Log, "TLS handshake failed", "addr", addr.String(), "err", err)
 }
-
-// AuthFailures is how many AUTHs (and HELLO ... AUTHs) failed so far.
-func (s *Server) AuthFailures() int64 { return s.authFails.count.Load() }
-
-// TLSHandshakeFailures is how many clients' TLS handshakes failed so far.
-func (s *Server) TLSHandshakeFailures() int64 { return s.tlsFails.count.Load() }

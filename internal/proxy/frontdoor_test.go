@@ -387,3 +387,36 @@ func TestReloadDroppingAuth(t *testing.T) {
 		}
 	}
 }
+
+// The server's figures (INFO Clients and Stats) are on /metrics too.
+func TestServerStatsInMetrics(t *testing.T) {
+	h := start(t, func(c *config.Config) { c.MetricsListen = "127.0.0.1:0"; c.MaxClients = 2 })
+	h.Do(t, "PING").Equal("PONG")
+	if got := h.raw(t).Call("PING"); got != "+PONG" {
+		t.Fatalf("PING: %q", got)
+	}
+	third, err := net.Dial("tcp", h.proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	if line, _ := bufio.NewReader(third).ReadString('\n'); line != "-ERR max number of clients reached\r\n" {
+		t.Fatalf("a third client under max_clients 2: %q", line)
+	}
+	m := h.metricsText(t)
+	for _, want := range []string{
+		"rlproxy_connected_clients 2\n", "rlproxy_connections_received_total 2\n", "rlproxy_rejected_connections_total 1\n",
+		"rlproxy_accept_errors_out_of_fds_total 0\n", "rlproxy_recovered_panics_total 0\n", "rlproxy_commands_processed_total ",
+		"rlproxy_auth_failures_total 0\n", "rlproxy_tls_handshake_failures_total 0\n",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	info := h.Do(t, "INFO").OK().(string)
+	for _, want := range []string{"connected_clients:2\r\n", "total_connections_received:2\r\n", "rejected_connections:1\r\n"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("INFO lacks %q", want)
+		}
+	}
+}
