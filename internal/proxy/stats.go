@@ -48,7 +48,7 @@ func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server
 		{"Limiters", "waiting_clients", "waiting_clients", "Clients waiting in RL.ACQUIRE (TIMEOUT/BLOCK) now.", true,
 			lim(func(s ratelimit.Stats) int64 { return s.WaitingClients })},
 		{"Limiters", "deny_cache_entries", "deny_cache_entries", "Denials the deny cache holds now.", true,
-			lim(func(s ratelimit.Stats) int64 { return s.CachedDenials })},
+			lim(func(s ratelimit.Stats) int64 { return s.DenyCacheEntries })},
 		{"Leases", "lease_waiting_clients", "lease_waiting_clients", "Clients waiting in RL.LEASE (TIMEOUT/BLOCK) now.", true,
 			leases.Waiting},
 		{"BusyPoll", "busy_poll_us", "", "", true, func() int64 { return budget.Microseconds() }},
