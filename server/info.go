@@ -17,7 +17,7 @@ func (s *Server) info(c *client, args []string) (any, error) {
 		{Name: "Server", Lines: s.serverInfo},
 		{Name: "Clients", Lines: func() []string {
 			return []string{
-				fmt.Sprintf("connected_clients:%d", s.connectedClients()),
+				fmt.Sprintf("connected_clients:%d", s.Stats().ConnectedClients),
 				fmt.Sprintf("maxclients:%d", s.limits().MaxClients),
 			}
 		}},
