@@ -81,6 +81,15 @@ type Config struct {
 	// SIGHUP. Defaults to "".
 	TLSClientCAFile string `mapstructure:"tls_client_ca_file"`
 
+	// (Optional) Lets a reload (SIGHUP) drop authentication the running
+	// config has (DroppedAuth: require_pass, all users, a user's limiters
+	// list, tls_listen, tls_client_ca_file). Without it such a file is
+	// refused and the running config stays, so an empty, half-written or
+	// mistaken file never opens the front door. Config file only: a flag
+	// or variable would leave the guard off for good. No effect at start.
+	// Defaults to false.
+	ReloadMayDropAuth bool `mapstructure:"reload_may_drop_auth"`
+
 	// (Optional) Most client connections at once; one more is answered
 	// "ERR max number of clients reached" and closed. Must be > 0.
 	// Defaults to 10000.
@@ -192,6 +201,9 @@ func Default() Config {
 		TLSCertFile:     "",
 		TLSKeyFile:      "",
 		TLSClientCAFile: "",
+
+		ReloadMayDropAuth: false,
+
 		MaxClients:      10000,
 		Timeout:         0,
 		MaxRequestBytes: 1 << 20,

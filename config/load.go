@@ -36,6 +36,17 @@ const envPrefix = "RLPROXY"
 // word over a command line baked into an image). The result is
 // validated. Usage goes to stderr when --help is given.
 func Load(args []string, stderr io.Writer) (Config, error) {
+	return load(args, stderr, false)
+}
+
+// Reload is Load for a running rlproxy (SIGHUP): it also refuses a config
+// file that sets no key — empty, or cut before its first key — which is
+// never what a reload means (a file being written, or emptied by mistake).
+func Reload(args []string) (Config, error) {
+	return load(args, nil, true)
+}
+
+func load(args []string, stderr io.Writer, reload bool) (Config, error) {
 	if stderr == nil {
 		stderr = io.Discard
 	}
@@ -63,6 +74,9 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 	if path != "" {
 		if err := readFile(v, path); err != nil {
 			return Config{}, err
+		}
+		if reload && len(v.AllKeys()) == 0 {
+			return Config{}, fmt.Errorf("config: config file %s is empty (it sets no key): a reload needs the whole file", path)
 		}
 	}
 
