@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/rlproxy/rlproxy/internal/oneline"
 )
 
 // Errors of argument parsing are worded like Redis's own; the server adds
@@ -17,17 +19,6 @@ func ArityError(name string) error {
 	return fmt.Errorf("wrong number of arguments for '%s' command", strings.ToLower(name))
 }
 
-// lineBreaks writes CR and LF as \r and \n, keeping an error on one line.
-var lineBreaks = strings.NewReplacer("\r", "\\r", "\n", "\\n")
-
-// quote shows a user's argument inside an error: one line, bounded length.
-func quote(s string) string {
-	const max = 64
-	if len(s) > max {
-		s = s[:max] + "..."
-	}
-	if strings.ContainsAny(s, "\r\n") {
-		s = lineBreaks.Replace(s)
-	}
-	return "'" + s + "'"
-}
+// quote shows a user's argument inside an error (oneline.Quote: quoted,
+// one line, bounded length).
+func quote(s string) string { return oneline.Quote(s) }

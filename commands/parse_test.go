@@ -354,12 +354,12 @@ func TestParseSetRateErrors(t *testing.T) {
 		{args: words("RL.SETRATE k 10 1s TTL 3651d"), err: "TTL '3651d' is out of range (at most 3650d)"},
 
 		// A user's CR/LF never reaches the reply; long values are cut.
-		{args: []string{"RL.SETRATE", "k", "1\r\n2", "1s"}, err: `rate must be a positive integer, got '1\r\n2'`},
-		{args: []string{"RL.SETRATE", "k", "10", "1s\r\n"}, err: `invalid interval '1s\r\n': use milliseconds or a number with ms, s, m, h or d (like 500ms, 1s, 10m)`},
-		{args: []string{"RL.SETRATE", "k", "10", "1s", "MODE", "\n"}, err: `MODE must be OVERALL or PER_CLIENT, got '\n'`},
-		{args: []string{"RL.SETRATE", "k", "10", "1s", "X\r\nY"}, err: `syntax error: unknown option 'X\r\nY'` + unknownOpt},
-		{args: []string{"RL.SETRATE", "k", strings.Repeat("9", 100), "1s"},
-			err: "rate is out of range, got '" + strings.Repeat("9", 64) + "...' (at most 1000000000)"},
+		{args: []string{"RL.SETRATE", "k", "1\r\n2", "1s"}, err: `rate must be a positive integer, got '1  2'`},
+		{args: []string{"RL.SETRATE", "k", "10", "1s\r\n"}, err: `invalid interval '1s  ': use milliseconds or a number with ms, s, m, h or d (like 500ms, 1s, 10m)`},
+		{args: []string{"RL.SETRATE", "k", "10", "1s", "MODE", "\n"}, err: `MODE must be OVERALL or PER_CLIENT, got ' '`},
+		{args: []string{"RL.SETRATE", "k", "10", "1s", "X\r\nY"}, err: `syntax error: unknown option 'X  Y'` + unknownOpt},
+		{args: []string{"RL.SETRATE", "k", strings.Repeat("9", 200), "1s"},
+			err: "rate is out of range, got '" + strings.Repeat("9", 128) + "...' (at most 1000000000)"},
 	}
 	for _, tt := range tests {
 		o := opts
@@ -420,7 +420,7 @@ func TestParseAcquireErrors(t *testing.T) {
 		{args: words("RL.ACQUIRE k BLOCK 1"), err: "syntax error near 'BLOCK'" + near},
 		{args: words("RL.ACQUIRE k 1 2"), err: "syntax error near '2'" + near},
 		{args: words("RL.ACQUIRE k 1 WAIT"), err: "syntax error near 'WAIT'" + near},
-		{args: []string{"RL.ACQUIRE", "k", "1", "X\r\n"}, err: `syntax error near 'X\r\n'` + near},
+		{args: []string{"RL.ACQUIRE", "k", "1", "X\r\n"}, err: `syntax error near 'X  '` + near},
 	}
 	for _, tt := range tests {
 		r, err := ParseAcquire(tt.args)
@@ -433,12 +433,11 @@ func TestArityErrorAndQuote(t *testing.T) {
 		t.Errorf("ArityError = %q", got)
 	}
 	for in, want := range map[string]string{
-		"":                       "''",
-		"abc":                    "'abc'",
-		"a\r\nb":                 `'a\r\nb'`,
-		strings.Repeat("x", 64):  "'" + strings.Repeat("x", 64) + "'",
-		strings.Repeat("x", 65):  "'" + strings.Repeat("x", 64) + "...'",
-		strings.Repeat("\n", 70): "'" + strings.Repeat(`\n`, 64) + "...'",
+		"":                        "''",
+		"abc":                     "'abc'",
+		"a\r\nb":                  "'a  b'",
+		strings.Repeat("x", 129):  "'" + strings.Repeat("x", 128) + "...'",
+		strings.Repeat("\n", 200): "'" + strings.Repeat(" ", 128) + "...'",
 	} {
 		if got := quote(in); got != want {
 			t.Errorf("quote(%q) = %q, want %q", in, got, want)

@@ -81,6 +81,15 @@ type Config struct {
 	// SIGHUP. Defaults to "".
 	TLSClientCAFile string `mapstructure:"tls_client_ca_file"`
 
+	// (Optional) Lets a reload (SIGHUP) drop authentication the running
+	// config has (DroppedAuth: require_pass, all users, a user's limiters
+	// list, tls_listen, tls_client_ca_file). Without it such a file is
+	// refused and the running config stays, so an empty, half-written or
+	// mistaken file never opens the front door. Config file only: a flag
+	// or variable would leave the guard off for good. No effect at start.
+	// Defaults to false.
+	ReloadMayDropAuth bool `mapstructure:"reload_may_drop_auth"`
+
 	// (Optional) Most client connections at once; one more is answered
 	// "ERR max number of clients reached" and closed. Must be > 0.
 	// Defaults to 10000.
@@ -191,37 +200,41 @@ type Config struct {
 // environment variable or flag sets. It is the only place defaults live.
 func Default() Config {
 	return Config{
-		Listen:             "127.0.0.1:6380",
-		Backends:           nil,
-		Cluster:            nil,
-		RequirePass:        "",
-		Users:              nil,
-		TLSListen:          "",
-		TLSCertFile:        "",
-		TLSKeyFile:         "",
-		TLSClientCAFile:    "",
-		MaxClients:         10000,
-		Timeout:            0,
-		MaxRequestBytes:    1 << 20,
-		MaxNameLength:      512,
-		KeyPrefix:          "rl:",
-		DefaultShards:      1,
-		ShardRate:          50000,
-		MaxAutoShards:      64,
-		MaxProbes:          2,
-		OnBackendError:     FailWithError,
-		BackendTimeout:     500 * time.Millisecond,
-		BreakerCooldown:    time.Second,
-		ShutdownTimeout:    5 * time.Second,
+		Listen:          "127.0.0.1:6380",
+		Backends:        nil,
+		Cluster:         nil,
+		RequirePass:     "",
+		Users:           nil,
+		TLSListen:       "",
+		TLSCertFile:     "",
+		TLSKeyFile:      "",
+		TLSClientCAFile: "",
+
+		ReloadMayDropAuth: false,
+
+		MaxClients:      10000,
+		Timeout:         0,
+		MaxRequestBytes: 1 << 20,
+		MaxNameLength:   512,
+		KeyPrefix:       "rl:",
+		DefaultShards:   1,
+		ShardRate:       50000,
+		MaxAutoShards:   64,
+		MaxProbes:       2,
+		OnBackendError:  FailWithError,
+		BackendTimeout:  500 * time.Millisecond,
+		BreakerCooldown: time.Second,
+		ShutdownTimeout: 5 * time.Second,
+		BusyPoll:        100 * time.Microsecond,
+		PoolSize:        0,
+		DenyCache:       true,
+		DenyCacheSize:   100_000,
+		MaxWaiters:      10000,
+		LogLevel:        "info",
+		LogFormat:       "text",
+		MetricsListen:   "",
+
 		ShutdownReadyDelay: time.Second,
-		BusyPoll:           100 * time.Microsecond,
-		PoolSize:           0,
-		DenyCache:          true,
-		DenyCacheSize:      100_000,
-		MaxWaiters:         10000,
-		LogLevel:           "info",
-		LogFormat:          "text",
-		MetricsListen:      "",
 	}
 }
 

@@ -139,7 +139,55 @@ func Changed(old, new Config) []string {
 }
 
 // fileOnly are the keys set in the config file only (no flag or
-// environment variable): structured values.
-var fileOnly = []string{"users"}
+// environment variable): structured values, and reload_may_drop_auth,
+// which a reload must find in the file it reads.
+var fileOnly = []string{"users", "reload_may_drop_auth"}
+
+// authKeys are the keys that decide who may connect and how.
+var authKeys = []string{"require_pass", "users", "tls_listen", "tls_cert_file", "tls_key_file", "tls_client_ca_file"}
+
+// AuthChanged returns the keys of authentication (require_pass, users,
+// the TLS listener and its files) whose values differ between old and
+// new, in field order.
+func AuthChanged(old, new Config) []string {
+	var out []string
+	for _, key := range Changed(old, new) {
+		if slices.Contains(authKeys, key) {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// DroppedAuth returns what new drops of old's authentication: a setting
+// old has and new lacks, which lets in a client old would refuse (or
+// locks out every admin) — require_pass, the users (all of them), a
+// user's limiters list (then it may touch every limiter), tls_listen,
+// tls_client_ca_file (client certificates required). An empty or
+// half-written file drops these. A changed value (a new password, other
+// users, a new certificate or CA file) is not a drop, nor is removing
+// some users (it revokes them).
+func DroppedAuth(old, new Config) []string {
+	var out []string
+	if old.RequirePass != "" && new.RequirePass == "" {
+		out = append(out, "require_pass")
+	}
+	if len(old.Users) > 0 && len(new.Users) == 0 {
+		out = append(out, "users")
+	}
+	for _, ou := range old.Users {
+		i := slices.IndexFunc(new.Users, func(nu User) bool { return nu.Name == ou.Name })
+		if i >= 0 && len(ou.Limiters) > 0 && !slices.Contains(ou.Limiters, "*") && len(new.Users[i].Limiters) == 0 {
+			out = append(out, fmt.Sprintf("users[%d] (%s).limiters", i, ou.Name))
+		}
+	}
+	if old.TLSListen != "" && new.TLSListen == "" {
+		out = append(out, "tls_listen")
+	}
+	if old.TLSClientCAFile != "" && new.TLSClientCAFile == "" {
+		out = append(out, "tls_client_ca_file")
+	}
+	return out
+}
 
 func isFileOnly(key string) bool { return slices.Contains(fileOnly, key) }

@@ -3,6 +3,7 @@ package config
 import (
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -86,5 +87,68 @@ func TestChanged(t *testing.T) {
 	}
 	if got := Changed(a, Default()); got != nil {
 		t.Errorf("Changed of equal configs = %q", got)
+	}
+}
+
+// What a reload may not drop by accident, and what is a change, not a drop.
+func TestDroppedAuth(t *testing.T) {
+	app := User{Name: "app", Password: "pw", Commands: []string{"acquire"}, Limiters: []string{"api:*"}}
+	ops := User{Name: "ops", Password: "pw", Commands: []string{"admin"}}
+	running := Default()
+	running.RequirePass, running.Users = "root", []User{app, ops}
+	running.TLSListen, running.TLSCertFile, running.TLSKeyFile, running.TLSClientCAFile = ":6390", "c", "k", "ca"
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want []string
+	}{
+		{"same", func(*Config) {}, nil},
+		{"empty", func(c *Config) { *c = Default() }, []string{"require_pass", "users", "tls_listen", "tls_client_ca_file"}},
+		{"new passwords and files", func(c *Config) {
+			c.RequirePass = "other"
+			c.Users = []User{{Name: "app", PasswordSHA256: "ab", Commands: []string{"acquire"}, Limiters: []string{"web:*"}}}
+			c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = "c2", "k2", "ca2"
+		}, nil},
+		{"some users removed", func(c *Config) { c.Users = c.Users[1:] }, nil},
+		{"require_pass removed", func(c *Config) { c.RequirePass = "" }, []string{"require_pass"}},
+		{"users removed", func(c *Config) { c.Users = nil }, []string{"users"}},
+		{"limiters cut off", func(c *Config) {
+			a := app
+			a.Limiters = nil
+			c.Users = []User{ops, a}
+		}, []string{"users[1] (app).limiters"}},
+		{"client certificates no longer required", func(c *Config) { c.TLSClientCAFile = "" }, []string{"tls_client_ca_file"}},
+	} {
+		c := running
+		c.Users = slices.Clone(running.Users)
+		tc.edit(&c)
+		if got := DroppedAuth(running, c); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: DroppedAuth = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if got := AuthChanged(running, Default()); !slices.Equal(got, authKeys) {
+		t.Errorf("AuthChanged(running, Default()) = %q, want %q", got, authKeys)
+	}
+}
+
+// A reload refuses a file without keys; Load (at start) takes it.
+func TestReloadEmptyFile(t *testing.T) {
+	clearEnv(t)
+	for _, text := range []string{"", "\n", "# only a comment\n"} {
+		file := writeFile(t, text)
+		if _, err := Reload([]string{"--config", file}); err == nil || !strings.Contains(err.Error(), "is empty") {
+			t.Errorf("Reload of %q: %v, want an empty-file error", text, err)
+		}
+		if _, err := Load([]string{"--config", file}, nil); err != nil {
+			t.Errorf("Load of %q: %v", text, err)
+		}
+	}
+	file := writeFile(t, "reload_may_drop_auth: true\n")
+	if c, err := Reload([]string{"--config", file}); err != nil || !c.ReloadMayDropAuth {
+		t.Errorf("Reload of reload_may_drop_auth: true: %+v, %v", c.ReloadMayDropAuth, err)
+	}
+	t.Setenv("RLPROXY_RELOAD_MAY_DROP_AUTH", "true")
+	if c := mustLoad(t); c.ReloadMayDropAuth {
+		t.Error("RLPROXY_RELOAD_MAY_DROP_AUTH set the key: it is the file's alone")
 	}
 }

@@ -36,6 +36,17 @@ const envPrefix = "RLPROXY"
 // word over a command line baked into an image). The result is
 // validated. Usage goes to stderr when --help is given.
 func Load(args []string, stderr io.Writer) (Config, error) {
+	return load(args, stderr, false)
+}
+
+// Reload is Load for a running rlproxy (SIGHUP): it also refuses a config
+// file that sets no key — empty, or cut before its first key — which is
+// never what a reload means (a file being written, or emptied by mistake).
+func Reload(args []string) (Config, error) {
+	return load(args, nil, true)
+}
+
+func load(args []string, stderr io.Writer, reload bool) (Config, error) {
 	if stderr == nil {
 		stderr = io.Discard
 	}
@@ -57,27 +68,30 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 		if fs.Changed("config") {
 			return Config{}, errors.New("config: --check-config names the file to check: leave out --config")
 		}
-		c, err := load(fs, file)
+		c, err := build(fs, file, false)
 		return Config{}, check(c, err)
 	}
 	path, _ := fs.GetString("config")
 	if env := os.Getenv(envPrefix + "_CONFIG"); env != "" {
 		path = env
 	}
-	c, err := load(fs, path)
+	c, err := build(fs, path, reload)
 	if err != nil {
 		return Config{}, err
 	}
 	return c, nil
 }
 
-// load builds the Config from the flags in fs, the file at path (if
+// build makes the Config from the flags in fs, the file at path (if
 // any), and the environment, and validates it.
-func load(fs *pflag.FlagSet, path string) (Config, error) {
+func build(fs *pflag.FlagSet, path string, reload bool) (Config, error) {
 	v := viper.New()
 	if path != "" {
 		if err := readFile(v, path); err != nil {
 			return Config{}, err
+		}
+		if reload && len(v.AllKeys()) == 0 {
+			return Config{}, fmt.Errorf("config: config file %s is empty (it sets no key): a reload needs the whole file", path)
 		}
 	}
 

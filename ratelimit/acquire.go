@@ -383,7 +383,7 @@ func (l *Limiters) cachedDenial(r Request, e *entry, shard int) (limiter.Result,
 	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
 	res, ok := l.denials.check(r.Name, k, r.Permits, time.Now())
 	if ok {
-		l.stats.CachedDenials.Add(1)
+		l.stats.DeniedFromCache.Add(1)
 	}
 	return res, ok
 }

@@ -47,7 +47,7 @@ func TestFinal(t *testing.T) {
 				t.Errorf("final = %+v, %v; want %+v (error %v)", got.Result, got.Err, tc.want, tc.err)
 			}
 			s := l.Stats()
-			s.WaitingClients, s.CachedDenials, s.DeniedFromCache = 0, 0, 0
+			s.WaitingClients, s.DenyCacheEntries, s.DeniedFromCache = 0, 0, 0
 			if s != tc.stats {
 				t.Errorf("stats %+v, want %+v", s, tc.stats)
 			}

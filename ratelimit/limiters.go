@@ -58,8 +58,9 @@ type Limiters struct {
 
 // counters count decisions as they are made.
 type counters struct {
-	Granted, Denied, Errors, CachedDenials atomic.Int64
-	ShadowDenied                           atomic.Int64 // of Granted, denied by a SHADOW limiter
+	Granted, Denied, Errors atomic.Int64
+	DeniedFromCache         atomic.Int64 // of Denied (and ShadowDenied), answered by the deny cache
+	ShadowDenied            atomic.Int64 // of Granted, denied by a SHADOW limiter
 }
 
 // maxGather bounds how long a sub-limiter's follow-up batch waits for
@@ -92,21 +93,21 @@ type Stats struct {
 	// ShadowDenied: of Granted, the requests a SHADOW limiter denied (and
 	// granted anyway); a shadow denial answered from the deny cache is
 	// counted here and in DeniedFromCache.
-	ShadowDenied   int64
-	WaitingClients int64 // waiting (TIMEOUT/BLOCK) now
-	CachedDenials  int64 // held by the deny cache now
+	ShadowDenied     int64
+	WaitingClients   int64 // waiting (TIMEOUT/BLOCK) now
+	DenyCacheEntries int64 // denials the deny cache holds now
 }
 
 // Stats returns the limiters' figures now.
 func (l *Limiters) Stats() Stats {
 	return Stats{
-		Granted:         l.stats.Granted.Load(),
-		Denied:          l.stats.Denied.Load(),
-		Errors:          l.stats.Errors.Load(),
-		DeniedFromCache: l.stats.CachedDenials.Load(),
-		ShadowDenied:    l.stats.ShadowDenied.Load(),
-		WaitingClients:  l.waiters.Load(),
-		CachedDenials:   int64(l.denials.len()),
+		Granted:          l.stats.Granted.Load(),
+		Denied:           l.stats.Denied.Load(),
+		Errors:           l.stats.Errors.Load(),
+		DeniedFromCache:  l.stats.DeniedFromCache.Load(),
+		ShadowDenied:     l.stats.ShadowDenied.Load(),
+		WaitingClients:   l.waiters.Load(),
+		DenyCacheEntries: int64(l.denials.len()),
 	}
 }
 

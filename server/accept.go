@@ -73,7 +73,9 @@ func (l guardListener) reject(c net.Conn) {
 	go func() {
 		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
 		tc := tls.Server(c, l.tls)
-		if tc.Handshake() == nil {
+		if err := tc.Handshake(); err != nil {
+			l.s.tlsHandshakeFailed(c.RemoteAddr(), err)
+		} else {
 			_, _ = tc.Write([]byte(errMaxClients))
 		}
 		_ = tc.Close()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlproxy/rlproxy/commands"
+	"github.com/rlproxy/rlproxy/internal/oneline"
 )
 
 // redisVersion is the Redis version rlproxy answers as: clients pick
@@ -141,7 +142,7 @@ func (s *Server) hello(c *client, args []string) (any, error) {
 			name, named = args[i+1], true
 			i++
 		default:
-			return nil, fmt.Errorf("syntax error in HELLO option '%s'", quoteArg(args[i]))
+			return nil, fmt.Errorf("syntax error in HELLO option %s", oneline.Quote(args[i]))
 		}
 	}
 	if auth != nil {
@@ -230,7 +231,7 @@ func (s *Server) clientSetName(c *client, args []string) (any, error) {
 func (s *Server) clientSetInfo(c *client, args []string) (any, error) {
 	attr, value := strings.ToLower(args[2]), args[3]
 	if attr != "lib-name" && attr != "lib-ver" {
-		return nil, fmt.Errorf("Unrecognized option '%s'", quoteArg(args[2]))
+		return nil, fmt.Errorf("Unrecognized option %s", oneline.Quote(args[2]))
 	}
 	if max := s.limits().MaxNameLength; len(value) > max {
 		return nil, fmt.Errorf("%s is longer than %d bytes", attr, max)
@@ -296,7 +297,7 @@ func (s *Server) clientList(_ *client, args []string) (any, error) {
 			case "master", "replica", "slave", "pubsub":
 				all = false
 			default:
-				return nil, fmt.Errorf("Unknown client type '%s'", quoteArg(args[i+1]))
+				return nil, fmt.Errorf("Unknown client type %s", oneline.Quote(args[i+1]))
 			}
 			i++
 		case strings.EqualFold(args[i], "ID") && i+1 < len(args):

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/rlproxy/rlproxy/commands"
+	"github.com/rlproxy/rlproxy/internal/oneline"
 	"github.com/tidwall/redcon"
 )
 
@@ -148,7 +149,7 @@ func (s *Server) recovered(command string, p any) error {
 	s.stats.panics.Add(1)
 	s.opts.Log.Error("recovered from a panic in a command handler",
 		"command", command, "panic", p, "stack", string(debug.Stack()))
-	return fmt.Errorf("internal error while running '%s'", quoteArg(command))
+	return fmt.Errorf("internal error while running %s", oneline.Quote(command))
 }
 
 // call dispatches one command through the table, recovering from panics.
@@ -172,7 +173,7 @@ func (s *Server) call(c *client, args []string) (reply any) {
 	var sub *commands.Command
 	if len(cmd.Sub) > 0 && (len(args) > 1 || cmd.Handler == nil) {
 		if sub = cmd.SubCommand(args[1]); sub == nil {
-			return fmt.Errorf("unknown subcommand '%s'. Try %s HELP.", quoteArg(args[1]), strings.ToUpper(args[0]))
+			return fmt.Errorf("unknown subcommand %s. Try %s HELP.", oneline.Quote(args[1]), strings.ToUpper(args[0]))
 		}
 		if !sub.ArityOK(len(args)) {
 			return commands.ArityError(strings.ToLower(args[0]) + "|" + strings.ToLower(args[1]))
@@ -199,20 +200,12 @@ var errNoAuth = fmt.Errorf("NOAUTH Authentication required.")
 // unknownCommand words the error like Redis does.
 func unknownCommand(args []string) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "unknown command '%s', with args beginning with: ", quoteArg(args[0]))
+	fmt.Fprintf(&b, "unknown command %s, with args beginning with: ", oneline.Quote(args[0]))
 	for _, a := range args[1:] {
 		if b.Len() > 256 {
 			break
 		}
-		fmt.Fprintf(&b, "'%s' ", quoteArg(a))
+		fmt.Fprintf(&b, "%s ", oneline.Quote(a))
 	}
 	return fmt.Errorf("%s", b.String())
-}
-
-// quoteArg bounds a user's argument shown in an error.
-func quoteArg(s string) string {
-	if len(s) > 128 {
-		s = s[:128]
-	}
-	return oneLine(s)
 }

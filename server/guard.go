@@ -168,6 +168,7 @@ func (c *guardedConn) read(p []byte) (int, error) {
 	if tc, ok := c.Conn.(*tls.Conn); ok && !c.handshaken {
 		_ = tc.SetDeadline(time.Now().Add(tlsHandshakeTimeout))
 		if err := tc.Handshake(); err != nil {
+			c.srv.tlsHandshakeFailed(c.Conn.RemoteAddr(), err)
 			return 0, err
 		}
 		_ = tc.SetDeadline(time.Time{})

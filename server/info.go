@@ -9,25 +9,29 @@ import (
 )
 
 // info answers INFO [section ...] with "# Section" blocks of field:value
-// lines, like Redis. ioredis waits for "loading:0" before it is ready.
-func (s *Server) info(_ *client, args []string) (any, error) {
+// lines, like Redis. ioredis waits for "loading:0" before it is ready, so
+// every user gets INFO; a user without admin gets it without the
+// AdminOnly sections (backend addresses), as if they did not exist.
+func (s *Server) info(c *client, args []string) (any, error) {
 	sections := []InfoSection{
 		{Name: "Server", Lines: s.serverInfo},
 		{Name: "Clients", Lines: func() []string {
 			return []string{
-				fmt.Sprintf("connected_clients:%d", s.connectedClients()),
+				fmt.Sprintf("connected_clients:%d", s.Stats().ConnectedClients),
 				fmt.Sprintf("maxclients:%d", s.limits().MaxClients),
 			}
 		}},
 		{Name: "Persistence", Lines: func() []string { return []string{"loading:0"} }},
 		{Name: "Stats", Lines: func() []string {
+			st := s.Stats()
 			return []string{
-				fmt.Sprintf("total_connections_received:%d", s.stats.connections.Load()),
-				fmt.Sprintf("total_commands_processed:%d", s.stats.commands.Load()),
-				fmt.Sprintf("rejected_connections:%d", s.stats.rejected.Load()),
-				fmt.Sprintf("accept_errors_out_of_fds:%d", s.stats.acceptErrors.Load()),
-				fmt.Sprintf("auth_failures:%d", s.AuthFailures()),
-				fmt.Sprintf("recovered_panics:%d", s.stats.panics.Load()),
+				fmt.Sprintf("total_connections_received:%d", st.Connections),
+				fmt.Sprintf("total_commands_processed:%d", st.Commands),
+				fmt.Sprintf("rejected_connections:%d", st.Rejected),
+				fmt.Sprintf("accept_errors_out_of_fds:%d", st.AcceptErrors),
+				fmt.Sprintf("auth_failures:%d", st.AuthFailures),
+				fmt.Sprintf("tls_handshake_failures:%d", st.TLSHandshakeFailures),
+				fmt.Sprintf("recovered_panics:%d", st.Panics),
 			}
 		}},
 		// A primary without replicas, as clients that look for the primary
@@ -56,9 +60,11 @@ func (s *Server) info(_ *client, args []string) (any, error) {
 		want[strings.ToLower(a)] = true
 	}
 	all := len(want) == 0 || want["all"] || want["default"] || want["everything"]
+	u := c.user.Load()
+	admin := u == nil || u.admin
 	var b strings.Builder
 	for _, sec := range sections {
-		if !all && !want[strings.ToLower(sec.Name)] {
+		if !all && !want[strings.ToLower(sec.Name)] || sec.AdminOnly && !admin {
 			continue
 		}
 		if b.Len() > 0 {
@@ -92,4 +98,32 @@ func (s *Server) port() string {
 	}
 	addr := s.ln.Addr().String()
 	return addr[strings.LastIndex(addr, ":")+1:]
+}
+
+// Stats are the server's figures: its clients now, and counts since start.
+// INFO shows them in its Clients and Stats sections; /metrics reads them
+// too (internal/proxy's stats table).
+type Stats struct {
+	ConnectedClients     int64 // open client connections now
+	Connections          int64 // accepted
+	Commands             int64 // processed
+	Rejected             int64 // connections refused: max_clients
+	AcceptErrors         int64 // accepts failed for want of file descriptors
+	AuthFailures         int64 // AUTH and HELLO ... AUTH
+	TLSHandshakeFailures int64
+	Panics               int64 // recovered
+}
+
+// Stats returns the server's figures now.
+func (s *Server) Stats() Stats {
+	return Stats{
+		ConnectedClients:     int64(s.connectedClients()),
+		Connections:          s.stats.connections.Load(),
+		Commands:             s.stats.commands.Load(),
+		Rejected:             s.stats.rejected.Load(),
+		AcceptErrors:         s.stats.acceptErrors.Load(),
+		AuthFailures:         s.authFails.count.Load(),
+		TLSHandshakeFailures: s.tlsFails.count.Load(),
+		Panics:               s.stats.panics.Load(),
+	}
 }

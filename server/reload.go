@@ -30,7 +30,9 @@ func (s *Server) apply(o Options) error {
 		return err
 	}
 	var tlsCfg *tls.Config
-	if s.opts.TLS.Listen != "" {
+	// Without a TLS listener in o (dropped on purpose: it closes at the
+	// next restart), the listener keeps the certificates it has.
+	if s.opts.TLS.Listen != "" && o.TLS.Listen != "" {
 		files := o.TLS
 		files.Listen = s.opts.TLS.Listen
 		if tlsCfg, err = loadTLS(files); err != nil {

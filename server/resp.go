@@ -21,7 +21,7 @@ func appendReply(b []byte, v any, proto int) []byte {
 	case error:
 		return appendError(b, x)
 	case commands.Status:
-		return append(append(append(b, '+'), oneLine(string(x))...), "\r\n"...)
+		return append(append(append(b, '+'), oneline.Scrub(string(x))...), "\r\n"...)
 	case int64:
 		return appendPrefixed(b, ':', x)
 	case int:
@@ -85,7 +85,7 @@ func appendPrefixed(b []byte, prefix byte, n int64) []byte {
 // appendError writes an error reply in Redis's style: one line starting
 // with an upper-case code ("ERR " unless the message brings its own).
 func appendError(b []byte, err error) []byte {
-	msg := oneLine(err.Error())
+	msg := oneline.Scrub(err.Error())
 	if !hasCode(msg) {
 		msg = "ERR " + msg
 	}
@@ -105,6 +105,3 @@ func hasCode(msg string) bool {
 	code, _, _ := strings.Cut(msg, " ")
 	return errorCodes[code]
 }
-
-// oneLine keeps a reply on one line: CR or LF would split the RESP frame.
-func oneLine(s string) string { return oneline.Scrub(s) }

@@ -111,16 +111,10 @@ func TestAppendError(t *testing.T) {
 	}
 }
 
-func TestQuoteArgAndUnknownCommand(t *testing.T) {
+func TestUnknownCommand(t *testing.T) {
 	long := make([]byte, 300)
 	for i := range long {
 		long[i] = 'a'
-	}
-	if got := quoteArg(string(long)); len(got) != 128 {
-		t.Errorf("quoteArg of 300 bytes has %d", len(got))
-	}
-	if got := quoteArg("a\r\nb"); got != "a  b" {
-		t.Errorf("quoteArg(a CRLF b) = %q", got)
 	}
 	got := unknownCommand([]string{"FOO", "a", "b"}).Error()
 	if want := "unknown command 'FOO', with args beginning with: 'a' 'b' "; got != want {

@@ -60,6 +60,9 @@ type InfoSection struct {
 	Name string
 	// Lines returns "field:value" lines.
 	Lines func() []string
+	// AdminOnly sections (backend addresses) are shown to admin users
+	// only: like Redis, which gives INFO to users allowed it.
+	AdminOnly bool
 }
 
 // Server serves one listening address.
@@ -84,7 +87,8 @@ type Server struct {
 	clientCount atomic.Int64 // open client connections (max_clients)
 	fds         fdReserve
 	memory      memoryRelease
-	authFails   authFailures
+	authFails   failures
+	tlsFails    failures // handshakes
 
 	nextID  atomic.Int64
 	mu      sync.Mutex

@@ -6,12 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/oneline"
 	"github.com/tidwall/match"
 )
 
@@ -142,7 +140,7 @@ func (s *Server) permit(c *client, cmd, sub *commands.Command, args []string) er
 		return noPerm(u, strings.ToLower(cmd.Name))
 	}
 	if hasKey && !u.mayTouch(key) {
-		return fmt.Errorf("NOPERM No permissions to access the '%s' limiter", quoteArg(key))
+		return fmt.Errorf("NOPERM No permissions to access the %s limiter", oneline.Quote(key))
 	}
 	return nil
 }
@@ -183,37 +181,9 @@ func (c *client) login(u *user) {
 	c.authed = true
 }
 
-// authFailures counts failed AUTHs and logs them, one line a second at
-// most (with how many failed since the last line).
-type authFailures struct {
-	count      atomic.Int64
-	mu         sync.Mutex
-	lastLog    time.Time
-	suppressed int64
-}
-
 func (s *Server) authFailed(c *client, name string) {
-	f := &s.authFails
-	f.count.Add(1)
-	f.mu.Lock()
-	now := time.Now()
-	if now.Sub(f.lastLog) < time.Second {
-		f.suppressed++
-		f.mu.Unlock()
-		return
-	}
-	n := f.suppressed
-	f.lastLog, f.suppressed = now, 0
-	f.mu.Unlock()
-	attrs := []any{"addr", c.addr, "user", quoteArg(name)}
-	if n > 0 {
-		attrs = append(attrs, "more_failures_since_last_line", n)
-	}
-	s.opts.Log.Warn("authentication failed", attrs...)
+	s.authFails.add(s.opts.Log, "authentication failed", "addr", c.addr, "user", oneline.Quote(name))
 }
-
-// AuthFailures is how many AUTHs (and HELLO ... AUTHs) failed so far.
-func (s *Server) AuthFailures() int64 { return s.authFails.count.Load() }
 
 // userName is the name CLIENT INFO shows: "default" before AUTH, as Redis.
 func (c *client) userName() string {

@@ -212,31 +212,6 @@ func settle(t *testing.T, pid int, base float64) (float64, time.Duration) {
 	}
 }
 
-// waitReadyAuth waits until the process answers PING with a password.
-func (p *process) waitReadyAuth(t *testing.T, addr, password string) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1, DialTimeout: time.Second})
-	defer c.Close()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("rlproxy exited before answering (%v):\n%s", p.err, p.log())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rlproxy does not answer on %s: %v\n%s", addr, err, p.log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // At the open-file limit the accept loop neither spins nor leaves clients
 // hanging: clients past the limit are told so, one log line says why,
 // and once descriptors are free again new clients are served.

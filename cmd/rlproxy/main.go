@@ -114,11 +114,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 // reload re-reads the configuration (SIGHUP) the way it was first read —
 // the same --config file, environment and flags — and applies it: the
 // keys that can change live at once, the others logged as needing a
-// restart. A file that does not load or validate changes nothing and is
-// logged as one line. It returns the configuration in force.
+// restart. A file that does not load or validate, is empty, or drops
+// authentication without saying so (proxy.Reload) changes nothing and is
+// logged as one line. A change to authentication is logged at WARN. It
+// returns the configuration in force.
 func reload(args []string, old config.Config, p *proxy.Proxy, level *slog.LevelVar, log *slog.Logger) config.Config {
-	cfg, err := config.Load(args, nil)
+	cfg, err := config.Reload(args)
 	if err != nil {
+		p.ReloadFailed()
 		log.Error("config reload failed: keeping the running config", "err", oneLine(err))
 		return old
 	}
@@ -128,7 +131,16 @@ func reload(args []string, old config.Config, p *proxy.Proxy, level *slog.LevelV
 		return old
 	}
 	level.Set(logLevel(cfg.LogLevel))
-	log.Info("config reloaded", "changed", config.Changed(old, cfg))
+	changed := config.Changed(old, cfg)
+	if auth := config.AuthChanged(old, cfg); len(auth) > 0 {
+		attrs := []any{"changed", changed, "auth", auth}
+		if dropped := config.DroppedAuth(old, cfg); len(dropped) > 0 {
+			attrs = append(attrs, "dropped", dropped) // reload_may_drop_auth
+		}
+		log.Warn("config reloaded: authentication changed", attrs...)
+	} else {
+		log.Info("config reloaded", "changed", changed)
+	}
 	if len(needRestart) > 0 {
 		log.Warn("config reload: these changed keys need a restart to take effect", "keys", needRestart)
 	}

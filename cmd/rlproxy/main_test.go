@@ -298,6 +298,31 @@ func (p *process) waitReady(t *testing.T, addr string) {
 	}
 }
 
+// waitReadyAuth waits until the process answers PING with a password.
+func (p *process) waitReadyAuth(t *testing.T, addr, password string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("rlproxy exited before answering (%v):\n%s", p.err, p.log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rlproxy does not answer on %s: %v\n%s", addr, err, p.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // stop sends SIGTERM and returns the exit code.
 func (p *process) stop(t *testing.T) int {
 	t.Helper()

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/internal/redistest"
 )
 
 // SIGHUP applies the limiter side's keys at once: max_waiters (RL.ACQUIRE
@@ -117,5 +120,154 @@ func TestBinarySIGHUPLimiterKeys(t *testing.T) {
 		if err := <-ch; err == nil || err.Error() != "ERR rlproxy is shutting down" {
 			t.Errorf("waiter at SIGTERM: %v, want ERR rlproxy is shutting down", err)
 		}
+	}
+}
+
+// hup sends SIGHUP and waits for one more logLine in the log; it returns
+// that line.
+func (p *process) hup(t *testing.T, logLine string) string {
+	t.Helper()
+	before := strings.Count(p.log(), logLine)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(p.log(), logLine) == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log after SIGHUP:\n%s", logLine, p.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var last string
+	for _, line := range strings.Split(p.log(), "\n") {
+		if strings.Contains(line, logLine) {
+			last = line
+		}
+	}
+	return last
+}
+
+// A reload never opens the front door by accident (issue 23): an empty
+// file, a truncated one and one that drops users or the client-CA
+// requirement are refused with one line — the old config stays,
+// authentication is still required, the failure is counted — and with
+// reload_may_drop_auth: true the same drop is applied, at WARN.
+func TestBinarySIGHUPKeepsAuth(t *testing.T) {
+	t.Parallel()
+	addr := "127.0.0.1:" + freePort(t)
+	tlsAddr := "127.0.0.1:" + freePort(t)
+	dir := t.TempDir()
+	ca := redistest.MakeCA(t, dir)
+	file := filepath.Join(dir, "rlproxy.yaml")
+	write := func(yaml string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := fmt.Sprintf("listen: %q\ntls_listen: %q\ntls_cert_file: %q\ntls_key_file: %q\n", addr, tlsAddr, ca.ServerCert, ca.ServerKey)
+	clientCA := fmt.Sprintf("tls_client_ca_file: %q\n", ca.CA)
+	pass := "require_pass: root\n"
+	users := "users:\n  - name: app\n    password: apppw\n    commands: [acquire]\n"
+	limiters := "    limiters: [\"api:*\"]\n"
+	full := head + clientCA + pass + users + limiters
+	write(full)
+	p := startBinary(t, nil, "--config", file)
+	p.waitReadyAuth(t, addr, "root")
+
+	ctx := context.Background()
+	client := func(user, password string) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: password, MaxRetries: -1, DisableIdentity: true, Protocol: 2})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	anon, root, app := client("", ""), client("", "root"), client("app", "apppw")
+	tlsRefused := func() bool { // a TLS client without a client certificate
+		pool := x509.NewCertPool()
+		pem, err := os.ReadFile(ca.CA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool.AppendCertsFromPEM(pem)
+		c := redis.NewClient(&redis.Options{Addr: tlsAddr, Password: "root", MaxRetries: -1,
+			TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
+		defer c.Close()
+		return c.Ping(ctx).Err() != nil
+	}
+	stillGuarded := func(step string) {
+		t.Helper()
+		if err := anon.Do(ctx, "RL.SETRATE", "x", 1, "1s").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
+			t.Errorf("%s: unauthenticated RL.SETRATE: %v, want NOAUTH", step, err)
+		}
+		if err := app.Do(ctx, "RL.SETRATE", "api:x", 1, "1s").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+			t.Errorf("%s: RL.SETRATE as the acquire-only app: %v, want NOPERM", step, err)
+		}
+		if err := app.Do(ctx, "RL.ACQUIRE", "other").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+			t.Errorf("%s: RL.ACQUIRE of a limiter outside app's patterns: %v, want NOPERM", step, err)
+		}
+		if err := root.Ping(ctx).Err(); err != nil {
+			t.Errorf("%s: the running require_pass: %v", step, err)
+		}
+		if !tlsRefused() {
+			t.Errorf("%s: a TLS client without a certificate got in", step)
+		}
+	}
+	stillGuarded("at start")
+
+	for _, step := range []struct{ name, yaml, want string }{
+		{"empty file", "", "is empty"},
+		{"only comments", "# rlproxy\n", "is empty"},
+		{"cut after require_pass", head + clientCA + pass, "drops users"},
+		{"cut before limiters", head + clientCA + pass + users, "drops users[0] (app).limiters"},
+		{"cut after the first line", head[:strings.Index(head, "\n")+1], "drops require_pass, users, tls_listen, tls_client_ca_file"},
+		{"users removed", head + clientCA + pass, "drops users"},
+		{"client CA removed", head + pass + users + limiters, "drops tls_client_ca_file"},
+		{"require_pass removed", head + clientCA + users + limiters, "drops require_pass"},
+	} {
+		write(step.yaml)
+		line := p.hup(t, "config reload failed")
+		if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, step.want) {
+			t.Errorf("%s: the log line %q, want an ERROR naming %q", step.name, line, step.want)
+		}
+		stillGuarded(step.name)
+	}
+	info := root.Info(ctx, "reload").Val()
+	if !strings.Contains(info, "reload_failures:8\r\n") || !strings.Contains(info, "reloads:0\r\n") {
+		t.Errorf("INFO reload after 8 refused reloads: %q", info)
+	}
+
+	// A new password is not a drop: applied, logged at WARN.
+	write(head + clientCA + "require_pass: root2\n" + users + limiters)
+	line := p.hup(t, "config reloaded")
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "auth=[require_pass]") || strings.Contains(line, "dropped") {
+		t.Errorf("a new password's reload: %q, want WARN auth=[require_pass] and nothing dropped", line)
+	}
+	root = client("", "root2")
+
+	// On purpose: everything dropped, applied at once.
+	write(fmt.Sprintf("listen: %q\nreload_may_drop_auth: true\n", addr))
+	line = p.hup(t, "config reloaded")
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "dropped=\"[require_pass users tls_listen tls_client_ca_file]\"") {
+		t.Errorf("the reload that drops authentication on purpose: %q", line)
+	}
+	anon = client("", "") // rlproxy decides at connect whether a connection needs AUTH
+	if n, err := anon.Do(ctx, "RL.SETRATE", "x", 1, "1s").Int64(); err != nil || n != 1 {
+		t.Errorf("unauthenticated RL.SETRATE after reload_may_drop_auth: %v, %v", n, err)
+	}
+	if !regexp.MustCompile(`need a restart.*tls_listen`).MatchString(p.log()) {
+		t.Errorf("tls_listen's removal is not logged as needing a restart:\n%s", p.log())
+	}
+	if !tlsRefused() {
+		t.Error("the TLS listener, kept until a restart, let in a client without a certificate")
+	}
+	if strings.Contains(p.log(), "apppw") || strings.Contains(p.log(), "root2") {
+		t.Errorf("a password in the log:\n%s", p.log())
+	}
+	info = anon.Info(ctx, "reload").Val()
+	if !strings.Contains(info, "reload_failures:8\r\n") || !strings.Contains(info, "reloads:2\r\n") {
+		t.Errorf("INFO reload: %q", info)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code after SIGTERM: %d\n%s", code, p.log())
 	}
 }

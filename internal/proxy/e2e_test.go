@@ -377,8 +377,8 @@ func TestBadInput(t *testing.T) {
 			{"invalid TTL 'forever'", []string{"RL.SETRATE", "k", "10", "1s", "TTL", "forever"}},
 			{"invalid TIMEOUT 'soon'", []string{"RL.ACQUIRE", "k", "1", "TIMEOUT", "soon"}},
 			// Line breaks in an argument never break the one-line error.
-			{`invalid interval '1\r\ns'`, []string{"RL.SETRATE", "k", "10", "1\r\ns"}},
-			{`unknown option '\nFOO'`, []string{"RL.SETRATE", "k", "10", "1s", "\nFOO"}},
+			{`invalid interval '1  s'`, []string{"RL.SETRATE", "k", "10", "1\r\ns"}},
+			{`unknown option ' FOO'`, []string{"RL.SETRATE", "k", "10", "1s", "\nFOO"}},
 		} {
 			check(t, c, tc.want, tc.args...)
 		}

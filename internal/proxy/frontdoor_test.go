@@ -5,9 +5,11 @@ package proxy
 // users.
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -237,5 +239,184 @@ func TestAuthFailuresInMetrics(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(body), "rlproxy_auth_failures_total 3\n") {
 		t.Errorf("/metrics lacks rlproxy_auth_failures_total 3")
+	}
+}
+
+// metricsText is the proxy's /metrics page.
+func (h *harness) metricsText(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + h.proxy.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// Failed TLS handshakes — plain RESP on the TLS port, no client
+// certificate, a client that does not trust the server — are counted in
+// INFO and /metrics and logged at most once a second; a good one is not.
+func TestTLSHandshakeFailures(t *testing.T) {
+	ca := redistest.MakeCA(t, t.TempDir())
+	h := start(t, func(c *config.Config) {
+		c.TLSListen, c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = "127.0.0.1:0", ca.ServerCert, ca.ServerKey, ca.CA
+		c.MetricsListen = "127.0.0.1:0"
+	})
+	tlsAddr := h.proxy.TLSAddr()
+	began := time.Now()
+	const rounds = 4
+	// One connection, so one handshake, each: PING over TLS with cfg
+	// (nil: plain RESP); it reports whether PONG came back.
+	ping := func(cfg *tls.Config) bool {
+		c, err := net.DialTimeout("tcp", tlsAddr, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if cfg != nil {
+			c = tls.Client(c, cfg)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("PING\r\n")); err != nil {
+			return false
+		}
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return line == "+PONG\r\n"
+	}
+	trusting := func(ca redistest.CA, cert bool) *tls.Config {
+		cfg := tlsClient(t, tlsAddr, ca, cert, "").Options().TLSConfig.Clone()
+		cfg.ServerName = "127.0.0.1" // as go-redis sets it when it dials
+		return cfg
+	}
+	for range rounds {
+		if ping(nil) {
+			t.Fatal("plain RESP on the TLS port answered")
+		}
+		if ping(trusting(ca, false)) {
+			t.Fatal("a client without a certificate got in")
+		}
+		if ping(trusting(redistest.MakeCA(t, t.TempDir()), true)) {
+			t.Fatal("a client that does not trust the server's CA got in")
+		}
+	}
+	took := time.Since(began)
+	if !ping(trusting(ca, true)) {
+		t.Fatal("a good TLS client got no PONG")
+	}
+	want := fmt.Sprintf("tls_handshake_failures:%d\r\n", 3*rounds)
+	if err := eventually(5*time.Second, func() error {
+		if info := h.Do(t, "INFO", "stats").OK().(string); !strings.Contains(info, want) {
+			return fmt.Errorf("INFO stats lacks %q: %q", want, info)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if m := h.metricsText(t); !strings.Contains(m, fmt.Sprintf("rlproxy_tls_handshake_failures_total %d\n", 3*rounds)) {
+		t.Error("/metrics lacks rlproxy_tls_handshake_failures_total")
+	}
+	lines := 0
+	for _, l := range h.log.Lines() {
+		if strings.Contains(l, "TLS handshake failed") {
+			lines++
+		}
+	}
+	if most := 1 + int(took/time.Second) + 1; lines < 1 || lines > most {
+		t.Errorf("%d log lines for %d failed handshakes in %v, want 1..%d", lines, 3*rounds, took, most)
+	}
+}
+
+// INFO shows the backends' addresses to admins only; an acquire-only
+// user gets the rest (ioredis waits for loading:0 whoever it is).
+func TestInfoBackendsForAdminsOnly(t *testing.T) {
+	h := start(t, func(c *config.Config) {
+		c.RequirePass = "root"
+		c.Users = []config.User{{Name: "app", Password: "apppw", Commands: []string{"acquire"}}}
+	})
+	addr := strings.TrimPrefix(h.backend.URL(), "redis://")
+	if info := h.Do(t, "INFO").OK().(string); !strings.Contains(info, "# Backends\r\n") || !strings.Contains(info, addr) {
+		t.Errorf("INFO as the default user lacks the backends:\n%s", info)
+	}
+	app := h.Conn(t, func(o *redis.Options) { o.Username, o.Password = "app", "apppw" })
+	for _, args := range [][]any{{"INFO"}, {"INFO", "all"}, {"INFO", "everything"}, {"INFO", "backends", "server"}} {
+		info := app.Do(t, args...).OK().(string)
+		if strings.Contains(info, "Backends") || strings.Contains(info, addr) {
+			t.Errorf("%v as the acquire-only app shows the backends:\n%s", args, info)
+		}
+		if !strings.Contains(info, "redis_version:") {
+			t.Errorf("%v as app lacks the Server section:\n%s", args, info)
+		}
+	}
+	if info := app.Do(t, "INFO").OK().(string); !strings.Contains(info, "loading:0\r\n") || !strings.Contains(info, "# Limiters\r\n") {
+		t.Errorf("INFO as app lacks loading:0 or the Limiters section:\n%s", info)
+	}
+}
+
+// A reload that drops authentication is refused and counted (INFO and
+// /metrics); with reload_may_drop_auth it applies.
+func TestReloadDroppingAuth(t *testing.T) {
+	h := start(t, func(c *config.Config) { c.RequirePass = "root"; c.MetricsListen = "127.0.0.1:0" })
+	cfg := h.cfg
+	cfg.RequirePass = ""
+	if _, err := h.proxy.Reload(cfg); err == nil || !strings.Contains(err.Error(), "drops require_pass") {
+		t.Fatalf("Reload without require_pass: %v, want refused", err)
+	}
+	h.proxy.ReloadFailed() // as cmd/rlproxy counts a file that did not load
+	anon := h.raw(t)
+	if got := anon.Call("PING"); !strings.HasPrefix(got, "-NOAUTH") {
+		t.Errorf("PING without AUTH after the refused reload: %q", got)
+	}
+	if info := h.Do(t, "INFO", "reload").OK().(string); !strings.Contains(info, "reloads:0\r\nreload_failures:2\r\n") {
+		t.Errorf("INFO reload: %q", info)
+	}
+	cfg.ReloadMayDropAuth = true
+	if restart, err := h.proxy.Reload(cfg); err != nil || len(restart) > 0 {
+		t.Fatalf("Reload with reload_may_drop_auth: %v, restart %q", err, restart)
+	}
+	if got := h.raw(t).Call("PING"); got != "+PONG" {
+		t.Errorf("PING without AUTH after the reload: %q", got)
+	}
+	m := h.metricsText(t)
+	for _, want := range []string{"rlproxy_reloads_total 1\n", "rlproxy_reload_failures_total 2\n"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// The server's figures (INFO Clients and Stats) are on /metrics too.
+func TestServerStatsInMetrics(t *testing.T) {
+	h := start(t, func(c *config.Config) { c.MetricsListen = "127.0.0.1:0"; c.MaxClients = 2 })
+	h.Do(t, "PING").Equal("PONG")
+	if got := h.raw(t).Call("PING"); got != "+PONG" {
+		t.Fatalf("PING: %q", got)
+	}
+	third, err := net.Dial("tcp", h.proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	if line, _ := bufio.NewReader(third).ReadString('\n'); line != "-ERR max number of clients reached\r\n" {
+		t.Fatalf("a third client under max_clients 2: %q", line)
+	}
+	m := h.metricsText(t)
+	for _, want := range []string{
+		"rlproxy_connected_clients 2\n", "rlproxy_connections_received_total 2\n", "rlproxy_rejected_connections_total 1\n",
+		"rlproxy_accept_errors_out_of_fds_total 0\n", "rlproxy_recovered_panics_total 0\n", "rlproxy_commands_processed_total ",
+		"rlproxy_auth_failures_total 0\n", "rlproxy_tls_handshake_failures_total 0\n",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	info := h.Do(t, "INFO").OK().(string)
+	for _, want := range []string{"connected_clients:2\r\n", "total_connections_received:2\r\n", "rejected_connections:1\r\n"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("INFO lacks %q", want)
+		}
 	}
 }

@@ -41,6 +41,7 @@ type Proxy struct {
 
 	reloadMu sync.Mutex
 	cfg      config.Config // as started, then as last reloaded
+	reloads  *reloadCounts
 }
 
 // Start connects the backends and starts serving clients.
@@ -64,10 +65,11 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	limiters := ratelimit.New(pool, scripts, limiterOptions(cfg))
 	leases := lease.New(limiters, scripts, lease.Options{KeyPrefix: cfg.KeyPrefix, MaxWaiters: cfg.MaxWaiters})
 	var srv *server.Server
-	stats := statTable(limiters, leases, &srv, cfg.BusyPoll, poller)
+	reloads := new(reloadCounts)
+	stats := append(statTable(limiters, leases, &srv, cfg.BusyPoll, poller), reloadStats(reloads)...)
 	o := frontDoor(cfg)
 	o.Version, o.Log, o.Poller = Version, log, poller
-	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: pool.Info}}, infoSections(stats)...)
+	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: pool.Info, AdminOnly: true}}, infoSections(stats)...)
 	srv = server.New(o, commands.Limiters(limiters, commands.Options{
 		DefaultShards: cfg.DefaultShards,
 		ShardRate:     cfg.ShardRate,
@@ -78,7 +80,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		pool.Close()
 		return nil, err
 	}
-	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, cfg: cfg, done: make(chan error, 1),
+	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, cfg: cfg, reloads: reloads, done: make(chan error, 1),
 		health: &health{nodes: pool.Nodes(), scripts: scripts.All(), timeout: cfg.BackendTimeout}}
 	if cfg.MetricsListen != "" {
 		p.readyDelay = cfg.ShutdownReadyDelay

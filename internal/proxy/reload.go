@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/ratelimit"
@@ -29,8 +32,8 @@ var frontDoorKeys = []string{
 }
 
 // callerKeys are the keys the caller of Reload applies itself (the logger
-// is cmd/rlproxy's).
-var callerKeys = []string{"log_level"}
+// is cmd/rlproxy's), and reload_may_drop_auth, which only guards Reload.
+var callerKeys = []string{"log_level", "reload_may_drop_auth"}
 
 // Reload applies cfg (a reloaded config file, already validated) to the
 // running proxy. The keys that can change live take effect at once —
@@ -38,13 +41,24 @@ var callerKeys = []string{"log_level"}
 // even when their file names did not change), the limiter side's
 // (applyLimiterKeys) — and log_level is the caller's to apply. It
 // returns the changed keys that need a restart. On an error nothing
-// changes.
+// changes and the failure is counted (INFO reload_failures).
+//
+// A cfg that drops authentication the running config has
+// (config.DroppedAuth) is refused unless it sets reload_may_drop_auth:
+// a reload never opens the front door by accident.
 func (p *Proxy) Reload(cfg config.Config) (needRestart []string, err error) {
 	p.reloadMu.Lock()
 	defer p.reloadMu.Unlock()
+	if dropped := config.DroppedAuth(p.cfg, cfg); len(dropped) > 0 && !cfg.ReloadMayDropAuth {
+		p.reloads.failed.Add(1)
+		return nil, fmt.Errorf("config: the new config drops %s: refused, as an empty or half-written file would; "+
+			"set reload_may_drop_auth: true in the file if that is meant", strings.Join(dropped, ", "))
+	}
 	if err := p.server.Reload(frontDoor(cfg)); err != nil {
+		p.reloads.failed.Add(1)
 		return nil, err
 	}
+	p.reloads.done.Add(1)
 	applied := p.applyLimiterKeys(p.cfg, cfg)
 	for _, key := range config.Changed(p.cfg, cfg) {
 		if !slices.Contains(frontDoorKeys, key) && !slices.Contains(callerKeys, key) && !slices.Contains(applied, key) {
@@ -97,3 +111,20 @@ func (p *Proxy) applyLimiterKeys(old, new config.Config) (applied []string) {
 
 // TLSAddr is the address of the TLS listener ("" without one).
 func (p *Proxy) TLSAddr() string { return p.server.TLSAddr() }
+
+// ReloadFailed counts a reload that failed before Reload: its file did
+// not load or validate.
+func (p *Proxy) ReloadFailed() { p.reloads.failed.Add(1) }
+
+// reloadCounts count SIGHUP reloads, for INFO and /metrics.
+type reloadCounts struct {
+	done, failed atomic.Int64
+}
+
+// reloadStats are reloadCounts' rows of the stats table.
+func reloadStats(r *reloadCounts) []stat {
+	return []stat{
+		{"Reload", "reloads", "reloads_total", "Config reloads (SIGHUP) applied.", false, r.done.Load},
+		{"Reload", "reload_failures", "reload_failures_total", "Config reloads (SIGHUP) refused or failed; the running config stayed.", false, r.failed.Load},
+	}
+}

@@ -23,14 +23,14 @@ type stat struct {
 }
 
 // statTable is every figure of the Limiters, Leases and BusyPoll
-// sections, and the server's counters that /metrics shows (INFO shows
-// them in the server's own Stats section). The Backends section and the
+// sections, and the server's figures (INFO shows them in the server's
+// own Clients and Stats sections). The Backends section and the
 // per-node metrics read backend.Stats, one line or one labelled set per
 // node (pool.Info, startMetrics). srv is read when a figure is, so it may
 // be set after the table is made.
 func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server, budget time.Duration, p *busypoll.Poller) []stat {
 	lim := func(f func(ratelimit.Stats) int64) func() int64 { return func() int64 { return f(l.Stats()) } }
-	front := func(f func(server.Counters) int64) func() int64 { return func() int64 { return f((*srv).Counters()) } }
+	front := func(f func(server.Stats) int64) func() int64 { return func() int64 { return f((*srv).Stats()) } }
 	if p == nil {
 		budget = 0
 	}
@@ -48,7 +48,7 @@ func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server
 		{"Limiters", "waiting_clients", "waiting_clients", "Clients waiting in RL.ACQUIRE (TIMEOUT/BLOCK) now.", true,
 			lim(func(s ratelimit.Stats) int64 { return s.WaitingClients })},
 		{"Limiters", "deny_cache_entries", "deny_cache_entries", "Denials the deny cache holds now.", true,
-			lim(func(s ratelimit.Stats) int64 { return s.CachedDenials })},
+			lim(func(s ratelimit.Stats) int64 { return s.DenyCacheEntries })},
 		{"Leases", "lease_waiting_clients", "lease_waiting_clients", "Clients waiting in RL.LEASE (TIMEOUT/BLOCK) now.", true,
 			leases.Waiting},
 		{"BusyPoll", "busy_poll_us", "", "", true, func() int64 { return budget.Microseconds() }},
@@ -56,18 +56,22 @@ func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server
 			func() int64 { polled, _ := p.Stats(); return polled }},
 		{"BusyPoll", "busy_poll_caught", "busy_poll_caught_total", "Polling reads whose data came while polling.", false,
 			func() int64 { _, caught := p.Stats(); return caught }},
-		{"", "auth_failures", "auth_failures_total", "AUTH and HELLO ... AUTH calls that failed.", false,
-			func() int64 { return (*srv).AuthFailures() }},
-		{"", "total_commands_processed", "commands_total", "Commands processed, every kind.", false,
-			front(func(c server.Counters) int64 { return c.Commands })},
 		{"", "connected_clients", "connected_clients", "Client connections open now.", true,
-			front(func(c server.Counters) int64 { return c.ConnectedClients })},
+			front(func(s server.Stats) int64 { return s.ConnectedClients })},
 		{"", "total_connections_received", "connections_received_total", "Client connections accepted.", false,
-			front(func(c server.Counters) int64 { return c.Connections })},
+			front(func(s server.Stats) int64 { return s.Connections })},
+		{"", "total_commands_processed", "commands_processed_total", "Commands processed.", false,
+			front(func(s server.Stats) int64 { return s.Commands })},
 		{"", "rejected_connections", "rejected_connections_total", "Client connections refused: max_clients reached.", false,
-			front(func(c server.Counters) int64 { return c.Rejected })},
-		{"", "recovered_panics", "recovered_panics_total", "Command handler panics recovered (a bug: the client got an error).", false,
-			front(func(c server.Counters) int64 { return c.Panics })},
+			front(func(s server.Stats) int64 { return s.Rejected })},
+		{"", "accept_errors_out_of_fds", "accept_errors_out_of_fds_total", "Accepts that failed for want of file descriptors.", false,
+			front(func(s server.Stats) int64 { return s.AcceptErrors })},
+		{"", "auth_failures", "auth_failures_total", "AUTH and HELLO ... AUTH calls that failed.", false,
+			front(func(s server.Stats) int64 { return s.AuthFailures })},
+		{"", "tls_handshake_failures", "tls_handshake_failures_total", "Clients' TLS handshakes that failed.", false,
+			front(func(s server.Stats) int64 { return s.TLSHandshakeFailures })},
+		{"", "recovered_panics", "recovered_panics_total", "Command handler panics answered as errors.", false,
+			front(func(s server.Stats) int64 { return s.Panics })},
 	}
 }
 
