@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/basicfont"
@@ -33,6 +32,7 @@ var (
 	palette = []color.RGBA{
 		{115, 191, 105, 255}, {242, 73, 92, 255}, {87, 148, 242, 255},
 		{255, 152, 48, 255}, {184, 119, 217, 255}, {250, 222, 42, 255},
+		{31, 120, 193, 255}, {150, 45, 62, 255}, {55, 135, 45, 255}, {120, 120, 120, 255},
 	}
 )
 
@@ -110,7 +110,7 @@ func drawPanel(img *image.RGBA, r image.Rectangle, p plotted, times []time.Durat
 		v := hi * float64(i) / 4
 		hline(img, area.Min.X, area.Max.X, y(v), grid)
 		label := format(v, p.FieldConfig.Defaults.Unit)
-		text(img, area.Min.X-6-7*utf8.RuneCountInString(label), y(v)+4, faint, label)
+		text(img, area.Min.X-6-7*len(label), y(v)+4, faint, label)
 	}
 	for s := time.Duration(0); s <= span; s += 10 * time.Second {
 		label := fmt.Sprintf("%ds", int(s.Seconds()))
@@ -175,7 +175,7 @@ func niceCeil(v float64) float64 {
 func format(v float64, unit string) string {
 	switch {
 	case unit == "s" && v > 0 && v < 1e-3:
-		return trim(v*1e6) + "µs"
+		return trim(v*1e6) + "us"
 	case unit == "s" && v > 0 && v < 1:
 		return trim(v*1e3) + "ms"
 	case unit == "s":
