@@ -33,7 +33,7 @@ func TestReadyzBreakerOpen(t *testing.T) {
 	h := start(t, func(c *config.Config) {
 		c.MetricsListen = "127.0.0.1:0"
 		c.BackendTimeout = 100 * time.Millisecond
-		c.BreakerCooldown = 1500 * time.Millisecond
+		c.BreakerCooldown = 3 * time.Second // long enough to see it cooling on a busy machine
 	})
 	h.Do(t, "RL.SETRATE", "r", 10, "1s").Equal(int64(1))
 	if code, body := readyz(t, h); code != http.StatusOK || body != "ok\n" {
@@ -46,7 +46,7 @@ func TestReadyzBreakerOpen(t *testing.T) {
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "circuit open") {
 		t.Errorf("/readyz while the breaker cools down: %d %q, want 503 naming the open circuit", code, body)
 	}
-	if err := eventually(5*time.Second, func() error {
+	if err := eventually(10*time.Second, func() error {
 		if code, body := readyz(t, h); code != http.StatusOK {
 			return fmt.Errorf("/readyz %d %q", code, body)
 		}
