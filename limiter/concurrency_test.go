@@ -124,6 +124,30 @@ func TestConcurrencyExpiry(t *testing.T) {
 	}
 }
 
+// Permits of expired leases come back while other leases live, however
+// the expiry is noticed: by a peek, a denied lease or the return of an
+// unknown id (issue 23: the purge was not written back).
+func TestConcurrencyExpiryWhileHeld(t *testing.T) {
+	r := newRig(t)
+	s := sem{r.create(t, "db", concurrency(2, time.Hour))}
+	s.lease(1, 0, "")
+	notice := map[string]func(){
+		"peek":           func() { s.free() },
+		"denied lease":   func() { s.lease(2, 0, "") },
+		"unknown return": func() { s.give(limiter.NewLeaseID(0, 1)) },
+	}
+	for _, how := range []string{"peek", "denied lease", "unknown return", "peek"} {
+		for range 2 {
+			s.lease(1, 20*time.Millisecond, "")
+			time.Sleep(30 * time.Millisecond)
+			notice[how]()
+			if f := s.free(); f != 1 {
+				t.Fatalf("after an expiry noticed by a %s: free %d, want 1", how, f)
+			}
+		}
+	}
+}
+
 func TestConcurrencyQueue(t *testing.T) {
 	r := newRig(t)
 	s := sem{r.create(t, "db", concurrency(3, 10*time.Second))}
