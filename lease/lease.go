@@ -277,7 +277,7 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 			return s.waitAgain(ctx, r, deadline)
 		}
 		id := limiter.NewLeaseID(shard, r.Permits)
-		rest := left(deadline)
+		rest := ratelimit.WaitLeft(deadline)
 		last := rest <= 0
 		ticket := w.ticket
 		if last && queued == nil {
@@ -359,15 +359,6 @@ func (s *Service) waitAgain(ctx context.Context, r Request, deadline time.Time) 
 		r.MaxWait = max(time.Millisecond, time.Until(deadline))
 	}
 	return s.wait(ctx, r)
-}
-
-// left is the wait allowed from now until deadline (zero deadline: a day,
-// asked again).
-func left(deadline time.Time) time.Duration {
-	if deadline.IsZero() {
-		return 24 * time.Hour
-	}
-	return time.Until(deadline)
 }
 
 // Return gives a lease back; it reports whether the lease was held.

@@ -585,6 +585,43 @@ func TestWaitShards(t *testing.T) {
 	}
 }
 
+// BLOCK is never answered a denial, even when the permits are further
+// off than a limiter books ahead (366 days): a debt of two years on a
+// limiter of 1 per 366 days. The waiter waits until a change to the
+// limiter lets it in.
+func TestWaitBlockFarAhead(t *testing.T) {
+	t.Parallel()
+	h := start(t)
+	for _, algo := range waitAlgos {
+		t.Run(algo, func(t *testing.T) {
+			t.Parallel()
+			h := h.alone(t) // its own proxy: the test counts waiting clients
+			key := "far:" + algo
+			h.Do(t, setRateArgs(key, 1, "366d", algo)...).Equal(int64(1))
+			c := h.waiter(t)
+			c.Do(t, "RL.CHARGE", key, 2).OK()
+			ch := goDo(h.waiter(t), "RL.ACQUIRE", key, 1, "BLOCK")
+			if err := eventually(3*time.Second, func() error {
+				select {
+				case r := <-ch:
+					t.Fatalf("BLOCK with the permits two years off answered %v %v, want it waiting", r.val, r.err)
+				default:
+				}
+				if n := waitingClients(t, c); n != 1 {
+					return fmt.Errorf("waiting_clients is %d, want 1", n)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			h.Do(t, setRateArgs(key, 10, "1s", algo)...).Equal(int64(1))
+			if g := await(t, ch, slack).reply(t).Acquire(); !g.Granted || g.RetryAfter != 0 {
+				t.Fatalf("BLOCK after the limiter changed to 10/1s: %+v, want granted now", g)
+			}
+		})
+	}
+}
+
 // deniedAtOnce sends RL.ACQUIRE key 1 TIMEOUT timeout on c and checks the
 // permits cannot come in time (denied, retry_after past the timeout) and
 // that the denial came at once, well before the timeout.
