@@ -5,6 +5,7 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -249,6 +250,26 @@ func TestConcurrencyKeepState(t *testing.T) {
 	_, epoch, _ = r.setConf(t, "db", concurrency(4, time.Minute), limiter.SetConfOptions{KeepState: true, Epoch: "e3"})
 	if f := s.free(); epoch != "e1" || f != 2 {
 		t.Fatalf("free %d under a limit of 4 with 2 held, want 2", f)
+	}
+	// Another shard count or mode would forget the leases: refused, and
+	// nothing is written.
+	sharded, perClient := concurrency(4, time.Minute), concurrency(4, time.Minute)
+	sharded.Shards, perClient.Mode = 2, limiter.PerClient
+	for _, c := range []limiter.Config{sharded, perClient} {
+		v, err := r.scripts.SetConf.Run(t.Context(), r.rdb, []string{r.keys.Config("db", 0)}, limiter.SetConfArgs(c, shard0(c), limiter.SetConfOptions{KeepState: true, Epoch: "e4"})...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := limiter.DecodeSetConfReply(v); !errors.Is(err, limiter.ErrKeepLeases) || rep.Epoch != "e1" || rep.OldShards != 1 {
+			t.Fatalf("KEEPSTATE to %d shards, mode %s: %+v %v, want refused", c.Shards, c.Mode, rep, err)
+		}
+		if f := s.free(); f != 2 {
+			t.Fatalf("free %d after a refused KEEPSTATE, want 2", f)
+		}
+	}
+	// Without KEEPSTATE the new shape starts with none held.
+	if _, epoch, _ = r.setConf(t, "db", sharded, limiter.SetConfOptions{Epoch: "e5"}); epoch != "e5" {
+		t.Fatalf("a new shard count without KEEPSTATE: epoch %s, want e5", epoch)
 	}
 }
 

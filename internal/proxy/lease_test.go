@@ -246,6 +246,16 @@ func TestLeaseOptions(t *testing.T) {
 	h.Do(t, "RL.SETRATE", "k", 4, "1m", "ALGO", "concurrency", "KEEPSTATE").Equal(int64(1))
 	h.Do(t, "RL.AVAILABLE", "k").Equal(int64(2))
 	h.Do(t, "RL.RETURN", "k", a.ID).Equal(int64(1))
+	// KEEPSTATE cannot carry leases over a change of SHARDS or MODE (they
+	// are held per sub-limiter and per client): refused, nothing changed.
+	b := h.Do(t, "RL.LEASE", "k", 1).Lease()
+	for _, change := range [][]any{{"SHARDS", 2}, {"MODE", "PER_CLIENT"}} {
+		args := append([]any{"RL.SETRATE", "k", 4, "1m", "ALGO", "concurrency", "KEEPSTATE"}, change...)
+		h.Do(t, args...).Err("ERR KEEPSTATE cannot carry the leases held on 'k' over a change of SHARDS or MODE: set it without KEEPSTATE (the leases held are forgotten) or keep SHARDS and MODE")
+		h.Do(t, "RL.AVAILABLE", "k").Equal(int64(3))
+	}
+	h.Do(t, "RL.GETRATE", "k").Equal(map[any]any{"rate": int64(4), "interval_ms": int64(60000), "algo": "concurrency", "burst": int64(4), "shards": int64(1), "mode": "OVERALL", "ttl_ms": int64(0)})
+	h.Do(t, "RL.RETURN", "k", b.ID).Equal(int64(1))
 	// Without KEEPSTATE a new limit starts afresh.
 	h.Do(t, "RL.LEASE", "k", 4).Lease()
 	h.Do(t, "RL.SETRATE", "k", 2, "1m", "ALGO", "concurrency").Equal(int64(1))
