@@ -129,14 +129,17 @@ func drained(t testing.TB, c conn, key string) (grant, time.Time) {
 }
 
 // waitingClients reads waiting_clients from INFO.
-func waitingClients(t testing.TB, c conn) int {
+func waitingClients(t testing.TB, c conn) int { return infoInt(t, c, "waiting_clients") }
+
+// infoInt reads an integer field from INFO.
+func infoInt(t testing.TB, c conn, field string) int {
 	t.Helper()
 	info, ok := c.Do(t, "INFO").OK().(string)
 	if !ok {
 		t.Fatalf("INFO: want a string")
 	}
 	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "waiting_clients:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			n, err := strconv.Atoi(v)
 			if err != nil {
 				t.Fatalf("INFO: %q: %v", line, err)
@@ -144,7 +147,7 @@ func waitingClients(t testing.TB, c conn) int {
 			return n
 		}
 	}
-	t.Fatalf("INFO has no waiting_clients line:\n%s", info)
+	t.Fatalf("INFO has no %s line:\n%s", field, info)
 	return 0
 }
 
