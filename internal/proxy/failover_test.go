@@ -94,6 +94,11 @@ func TestClusterFailover(t *testing.T) {
 		t.Errorf("latency from 2s after the promotion: p50 %v (%d calls), before the kill %v", p50s, len(settled), p50b)
 	}
 	failoverCheckWindows(t, calls, rate, rate, time.Second)
+	// Every shard answers through both proxies (the issue: RL.AVAILABLE
+	// still dialed the dead master a minute later).
+	for _, h := range proxies {
+		h.Do(t, "RL.AVAILABLE", "fk").Int()
+	}
 }
 
 // failoverCall is one RL.ACQUIRE of a failover load.
