@@ -121,7 +121,7 @@ type faultProxy struct {
 	mu     sync.Mutex
 	target string
 	armed  fault
-	conns []net.Conn
+	conns  []net.Conn
 }
 
 func startFaultProxy(t *testing.T) *faultProxy {

@@ -249,19 +249,3 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 	l.Wake(name)
 	return true, nil
 }
-
-// ThrottleRequest is one redis-cell CL.THROTTLE call.
-type ThrottleRequest struct {
-	Key                               string
-	MaxBurst, Count, Period, Quantity int64
-}
-
-// Throttle runs redis-cell's CL.THROTTLE and returns its five-integer reply.
-func (l *Limiters) Throttle(ctx context.Context, r ThrottleRequest) ([5]int64, error) {
-	node := l.nodes(r.Key, 1)[0]
-	v, err := node.Eval(ctx, l.scripts.Cell, []string{l.keys.Cell(r.Key)}, limiter.CellArgs(r.MaxBurst, r.Count, r.Period, r.Quantity)...)
-	if err != nil {
-		return [5]int64{}, err
-	}
-	return limiter.DecodeCell(v)
-}

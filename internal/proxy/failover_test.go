@@ -197,7 +197,7 @@ func failoverTimeline(calls []failoverCall, killed, promoted time.Time) []string
 	lines := []string{fmt.Sprintf("since kill  calls  granted  errors  p50      max   (promotion at %v)", promoted.Sub(killed).Round(10*time.Millisecond))}
 	for _, k := range keys {
 		b := buckets[k]
-		lines = append(lines, fmt.Sprintf("%+6.1fs  %6d  %7d  %6d  %-7v  %v", (time.Duration(k) * step).Seconds(), b.n, b.granted, b.errs,
+		lines = append(lines, fmt.Sprintf("%+6.1fs  %6d  %7d  %6d  %-7v  %v", (time.Duration(k)*step).Seconds(), b.n, b.granted, b.errs,
 			percentile(b.lat, 50).Round(100*time.Microsecond), slices.Max(b.lat).Round(time.Millisecond)))
 	}
 	return lines
@@ -243,4 +243,3 @@ func percentile(d []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	return s[(len(s)-1)*p/100]
 }
-
