@@ -65,6 +65,26 @@ func TestScriptRunsOnceWhenItsReplyIsLost(t *testing.T) {
 	}
 }
 
+// A TRYAGAIN (a slot half moved) proves the script did not run: on a
+// cluster it is tried again, and runs once.
+func TestScriptTriedAgainAfterTryAgain(t *testing.T) {
+	t.Parallel()
+	incr := redis.NewScript(`return redis.call('INCR', KEYS[1])`)
+	srv, o := behindFaultProxy(t, true)
+	pool, err := Open(context.Background(), o, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	srv.proxy.arm(faultTryAgain)
+	if v, err := pool.Nodes()[0].Eval(context.Background(), incr, []string{"k"}); err != nil || v != int64(1) {
+		t.Fatalf("call answered TRYAGAIN once: %v, %v; want 1", v, err)
+	}
+	if n, err := srv.direct.Get(context.Background(), "k").Int(); err != nil || n != 1 {
+		t.Fatalf("the script ran %d times (%v); want once", n, err)
+	}
+}
+
 // proxied is a redis-server reached through a faultProxy.
 type proxied struct {
 	proxy  *faultProxy
@@ -108,9 +128,10 @@ func behindFaultProxy(t *testing.T, cluster bool) (*proxied, Options) {
 type fault int32
 
 const (
-	faultNone fault = iota
-	faultCut        // forward the command, then close the connection instead of replying
-	faultHold       // forward the command and swallow its reply
+	faultNone     fault = iota
+	faultCut            // forward the command, then close the connection instead of replying
+	faultHold           // forward the command and swallow its reply
+	faultTryAgain       // answer TRYAGAIN in the server's stead (the command does not run)
 )
 
 // faultProxy forwards TCP connections to target. Armed with a fault, it
@@ -203,7 +224,13 @@ func (p *faultProxy) pipe(client net.Conn) {
 		for {
 			n, err := client.Read(buf)
 			if n > 0 {
-				if f := p.take(buf[:n]); f != faultNone {
+				switch f := p.take(buf[:n]); f {
+				case faultTryAgain:
+					if _, err := client.Write([]byte("-TRYAGAIN Multiple keys request during rehashing of slot\r\n")); err != nil {
+						return
+					}
+					continue
+				case faultCut, faultHold:
 					mu.Lock()
 					mode = f
 					mu.Unlock()
