@@ -40,8 +40,10 @@ func clusterNode(o Options, t tlsSetup) (*Node, error) {
 	copt.ContextTimeoutEnabled = true
 	copt.PoolSize = o.PoolSize
 	copt.DialerRetries = 1
-	copt.MaxRetries = -1  // no retries inside a node's client
-	copt.MaxRedirects = 3 // MOVED/ASK hops (and other retries, see onceScripter)
+	copt.MaxRetries = -1 // no retries inside a node's client
+	// Tries per command: MOVED/ASK hops, and for the other commands (config
+	// reads, TTLs, deletes: safe to repeat) network errors too.
+	copt.MaxRedirects = 3
 	copt.ReadOnly = false // masters only
 	copt.Dialer = pollingDialer(&redis.Options{DialTimeout: o.Timeout, TLSConfig: copt.TLSConfig}, o.Poller)
 	c := redis.NewClusterClient(copt)
