@@ -21,8 +21,8 @@ import (
 // master: what the shared machine does to latency shows in both, a dead
 // node only in fk; a denied fk call asks up to 3 shards, hence the 4×),
 // and in no window of a second more grants than the limit allows.
+// Not parallel: its load would slow the timing-sensitive tests beside it.
 func TestClusterFailover(t *testing.T) {
-	t.Parallel()
 	cluster := redistest.StartClusterWithReplicas(t, 3, 1)
 	useCluster := func(c *config.Config) { c.Cluster = cluster.URLs() }
 	proxies := []*harness{startProxy(t, nil, useCluster), startProxy(t, nil, useCluster)}
