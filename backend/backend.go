@@ -50,11 +50,13 @@ type Client interface {
 // Node is one place limiter scripts run: a standalone Redis server, or a
 // whole Redis Cluster (whose client routes each call by key slot).
 type Node struct {
-	name    string
-	client  Client
-	timeout time.Duration // bounds each call
-	breaker breaker
-	stats   counters
+	name     string
+	client   Client
+	scripter redis.Scripter // runs scripts; client unless set (a cluster's)
+	timeout  time.Duration  // bounds each call
+	reload   func()         // asks a cluster for its slot map afresh
+	breaker  breaker
+	stats    counters
 	// pipe merges script calls for different limiters into one pipeline
 	// (standalone nodes): a call made while another is in flight goes
 	// with the others queued meanwhile, in one write and one read.
@@ -88,7 +90,11 @@ func (n *Node) Eval(ctx context.Context, s *redis.Script, keys []string, args ..
 			ctx, cancel := n.bound(ctx)
 			defer cancel()
 			var err error
-			v, err = s.Run(ctx, n.client, keys, args...).Result()
+			var sc redis.Scripter = n.client
+			if n.scripter != nil {
+				sc = n.scripter
+			}
+			v, err = s.Run(ctx, sc, keys, args...).Result()
 			return err
 		}
 		failures, _ := n.breaker.failed()

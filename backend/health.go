@@ -130,6 +130,7 @@ func (n *Node) do(call func() error) error {
 		n.stats.errors.Add(1)
 	}
 	werr := n.wrap(err)
+	n.reloadOnFailure(werr)
 	var refused circuitOpen
 	switch {
 	case errors.As(err, &refused):

@@ -32,11 +32,11 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 	p := &Pool{}
 	switch {
 	case len(o.Cluster) > 0:
-		c, err := clusterClient(o, tlsSetup)
+		n, err := clusterNode(o, tlsSetup)
 		if err != nil {
 			return nil, err
 		}
-		p.nodes = []*Node{{name: "cluster " + c.Options().Addrs[0], client: c}}
+		p.nodes = []*Node{n}
 	case len(o.Backends) > 0:
 		for _, u := range o.Backends {
 			opt, err := redis.ParseURL(u)
@@ -96,29 +96,6 @@ func pollingDialer(opt *redis.Options, p *busypoll.Poller) func(context.Context,
 		}
 		return p.Wrap(c, 1), nil
 	}
-}
-
-func clusterClient(o Options, t tlsSetup) (*redis.ClusterClient, error) {
-	var copt *redis.ClusterOptions
-	for _, u := range o.Cluster {
-		opt, err := redis.ParseURL(u)
-		if err != nil {
-			return nil, fmt.Errorf("cluster seed %q: %w", u, err)
-		}
-		if copt == nil {
-			copt = &redis.ClusterOptions{
-				Username:  opt.Username,
-				Password:  opt.Password,
-				TLSConfig: opt.TLSConfig,
-			}
-			t.apply(copt.TLSConfig)
-		}
-		copt.Addrs = append(copt.Addrs, opt.Addr)
-	}
-	copt.DialTimeout, copt.ReadTimeout, copt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
-	copt.PoolSize = o.PoolSize
-	copt.Dialer = pollingDialer(&redis.Options{DialTimeout: o.Timeout, TLSConfig: copt.TLSConfig}, o.Poller)
-	return redis.NewClusterClient(copt), nil
 }
 
 func (n *Node) loadScripts(ctx context.Context, scripts []*redis.Script) error {

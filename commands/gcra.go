@@ -12,76 +12,106 @@ import (
 	"github.com/rlproxy/rlproxy/ratelimit"
 )
 
-// GCRA is a parsed GCRA call: Redis 8.8's proposed command.
-type GCRA struct {
+// ThrottleCall is a parsed GCRA, CL.THROTTLE or RL.THROTTLE call: one
+// algorithm (limiter.Throttle) on one key's state.
+type ThrottleCall struct {
 	Key string
 	limiter.Throttle
 }
 
 // The errors of GCRA's arguments, worded as Redis 8.8's gcra.c words them
 // (getPositiveLongFromObjectOrReply, getRangeLongFromObjectOrReply,
-// getDoubleFromObjectOrReply and its own checks). Redis accepts integers
-// up to LONG_MAX; rlproxy takes them up to limiter.MaxThrottleArg, and
-// TOKENS 0 (a look that takes nothing, as CL.THROTTLE's quantity 0).
+// getDoubleFromObjectOrReply and its own checks).
 var (
 	errGCRANotPositive = errors.New("value is out of range, must be positive")
 	errGCRANotInteger  = errors.New("value is not an integer or out of range")
 	errGCRANotFloat    = errors.New("value is not a valid float")
 	errGCRAPeriod      = errors.New("period must be > 0 and < 1e12")
 	errGCRAMissing     = errors.New("Missing TOKENS value")
+	errGCRATokens      = errors.New("GCRA limiting uses microsecond accuracy. Combination of period, tokens_per_period and TOKENS would cause an overflow")
+	errGCRABurst       = errors.New("GCRA limiting uses microsecond accuracy. Combination of period, tokens_per_period and max_burst would cause an overflow")
 )
 
 // gcraRange is Redis's error for an integer outside [min, max].
-func gcraRange(min int64) error {
-	return fmt.Errorf("value is out of range, value must between %d and %d", min, int64(limiter.MaxThrottleArg))
+func gcraRange(min, max int64) error {
+	return fmt.Errorf("value is out of range, value must between %d and %d", min, max)
 }
 
 // ParseGCRA parses GCRA key max-burst tokens-per-period period [TOKENS
-// count], checking the arguments in Redis's order with Redis's errors.
-func ParseGCRA(args []string) (GCRA, error) {
+// count] as Redis's gcra.c does: the same checks, in its order, with its
+// errors, then its overflow checks. rlproxy's own, narrower limits come
+// last (limiter.MaxThrottleArg, limiter.MaxThrottleFill), so that every
+// call Redis refuses is refused with Redis's words.
+func ParseGCRA(args []string) (ThrottleCall, error) {
 	if len(args) < 5 || len(args) > 7 {
-		return GCRA{}, ArityError(args[0])
+		return ThrottleCall{}, ArityError(args[0])
 	}
-	r := GCRA{Key: args[1], Throttle: limiter.Throttle{Quantity: 1}}
-	max := int64(limiter.MaxThrottleArg)
+	r := ThrottleCall{Key: args[1], Throttle: limiter.Throttle{Quantity: 1}}
 	var ok bool
 	if r.MaxBurst, ok = redisInt(args[2]); !ok || r.MaxBurst < 0 {
-		return GCRA{}, errGCRANotPositive
-	}
-	if r.MaxBurst > max {
-		return GCRA{}, gcraRange(0)
+		return ThrottleCall{}, errGCRANotPositive
 	}
 	if r.Count, ok = redisInt(args[3]); !ok {
-		return GCRA{}, errGCRANotInteger
+		return ThrottleCall{}, errGCRANotInteger
 	}
-	if r.Count < 1 || r.Count > max {
-		return GCRA{}, gcraRange(1)
+	if r.Count < 1 {
+		return ThrottleCall{}, gcraRange(1, math.MaxInt64)
 	}
 	var err error
 	if r.Period, err = strconv.ParseFloat(args[4], 64); err != nil || math.IsNaN(r.Period) || strings.ContainsRune(args[4], '_') {
-		return GCRA{}, errGCRANotFloat
+		return ThrottleCall{}, errGCRANotFloat
 	}
 	if !(r.Period > 0 && r.Period < 1e12) {
-		return GCRA{}, errGCRAPeriod
+		return ThrottleCall{}, errGCRAPeriod
 	}
 	if len(args) >= 6 {
 		if !strings.EqualFold(args[5], "TOKENS") {
-			return GCRA{}, ErrSyntax
+			return ThrottleCall{}, ErrSyntax
 		}
 		if len(args) == 6 {
-			return GCRA{}, errGCRAMissing
+			return ThrottleCall{}, errGCRAMissing
 		}
 		if r.Quantity, ok = redisInt(args[6]); !ok {
-			return GCRA{}, errGCRANotInteger
+			return ThrottleCall{}, errGCRANotInteger
 		}
-		if r.Quantity < 0 || r.Quantity > max {
-			return GCRA{}, gcraRange(0)
+		if r.Quantity < 1 {
+			return ThrottleCall{}, gcraRange(1, math.MaxInt64)
 		}
+	}
+	if err := gcraOverflow(r.Throttle); err != nil {
+		return ThrottleCall{}, err
+	}
+	max := int64(limiter.MaxThrottleArg)
+	switch {
+	case r.MaxBurst > max:
+		return ThrottleCall{}, gcraRange(0, max)
+	case r.Count > max, r.Quantity > max:
+		return ThrottleCall{}, gcraRange(1, max)
 	}
 	if r.Check() != nil {
-		return GCRA{}, fmt.Errorf("combination of period, tokens-per-period and max-burst would cause an overflow: a full burst must refill within %d days", int64(limiter.MaxThrottleFill/(24*3600*1e9)))
+		return ThrottleCall{}, fmt.Errorf("combination of period, tokens-per-period and max-burst would cause an overflow: a full burst must refill within %d days", int64(limiter.MaxThrottleFill/(24*3600*1e9)))
 	}
 	return r, nil
+}
+
+// gcraOverflow is gcra.c's overflow check: the emission interval in whole
+// microseconds (rounded to the nearest, at least 1) times TOKENS, and
+// times max-burst+1, must fit an int64. (gcra.c also refuses a TAT plus
+// TOKENS' intervals past the int64 microseconds, which depends on the
+// state; rlproxy's refill limit, checked next, is far below that.)
+func gcraOverflow(t limiter.Throttle) error {
+	emission := max(1, int64(float64(t.Period*1e6)/float64(t.Count)+0.5))
+	burst := t.MaxBurst
+	if burst < math.MaxInt64 {
+		burst++
+	}
+	switch {
+	case emission > math.MaxInt64/t.Quantity:
+		return errGCRATokens
+	case emission > math.MaxInt64/burst:
+		return errGCRABurst
+	}
+	return nil
 }
 
 // redisInt reads an integer as Redis's string2ll does: an optional '-',

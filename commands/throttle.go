@@ -12,23 +12,24 @@ import (
 // ParseThrottle parses CL.THROTTLE key max_burst count period [quantity]
 // with redis-cell's rules: max_burst and quantity may be 0, count and
 // period must be positive.
-func ParseThrottle(args []string) (ratelimit.ThrottleRequest, error) {
+func ParseThrottle(args []string) (ThrottleCall, error) {
 	if len(args) < 5 || len(args) > 6 {
-		return ratelimit.ThrottleRequest{}, ArityError(args[0])
+		return ThrottleCall{}, ArityError(args[0])
 	}
 	n := [len(throttleArgs)]int64{3: 1} // quantity defaults to 1
 	for i, s := range args[2:] {
 		a := throttleArgs[i]
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || v < a.min || v > limiter.MaxRate {
-			return ratelimit.ThrottleRequest{}, fmt.Errorf("%s must be an integer from %d to %d, got %s", a.name, a.min, int64(limiter.MaxRate), quote(s))
+			return ThrottleCall{}, fmt.Errorf("%s must be an integer from %d to %d, got %s", a.name, a.min, int64(limiter.MaxRate), quote(s))
 		}
 		n[i] = v
 	}
-	if err := (limiter.Throttle{MaxBurst: n[0], Count: n[1], Period: float64(n[2]), Quantity: n[3]}).Check(); err != nil {
-		return ratelimit.ThrottleRequest{}, err
+	r := ThrottleCall{Key: args[1], Throttle: limiter.Throttle{MaxBurst: n[0], Count: n[1], Period: float64(n[2]), Quantity: n[3]}}
+	if err := r.Check(); err != nil {
+		return ThrottleCall{}, err
 	}
-	return ratelimit.ThrottleRequest{Key: args[1], MaxBurst: n[0], Count: n[1], Period: n[2], Quantity: n[3]}, nil
+	return r, nil
 }
 
 // throttleArgs are CL.THROTTLE's integers after the key, with the least
@@ -58,7 +59,7 @@ func throttle(name string, l *ratelimit.Limiters) Command {
 			if err != nil {
 				return nil, err
 			}
-			return gcraReply(l.Throttle(ctx, r))
+			return gcraReply(l.GCRA(ctx, r.Key, r.Throttle))
 		},
 	}
 }

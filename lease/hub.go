@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/backend"
 )
 
@@ -23,8 +22,7 @@ type hub struct {
 }
 
 type nodeSub struct {
-	sub      subscriber
-	ps       *redis.PubSub // nil: the node's client cannot subscribe (timers only)
+	ps       *backend.Subscription // nil: the node cannot subscribe (timers only)
 	channels map[string]*local
 }
 
@@ -41,28 +39,6 @@ type waiter struct {
 	wake   chan struct{} // buffered: a wake-up is never lost while the waiter is busy
 }
 
-type subscriber interface {
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-	Close() error
-}
-
-// subscriberOf returns a client of its own for a node's Pub/Sub
-// connection: the node's client bounds every read by the backend timeout
-// (and may busy-poll), where a subscriber waits for messages without end.
-func subscriberOf(node *backend.Node) subscriber {
-	switch c := node.Client().(type) {
-	case *redis.Client:
-		o := *c.Options()
-		o.ReadTimeout, o.Dialer, o.PoolSize, o.MinIdleConns, o.MaxRetries = -1, nil, 1, 0, 0
-		return redis.NewClient(&o)
-	case *redis.ClusterClient:
-		o := *c.Options()
-		o.ReadTimeout, o.Dialer, o.MaxRetries = -1, nil, 0
-		return redis.NewClusterClient(&o)
-	}
-	return nil
-}
-
 func newHub() *hub { return &hub{nodes: map[*backend.Node]*nodeSub{}} }
 
 // join adds w behind the local waiters on channel, subscribing to it
@@ -75,9 +51,8 @@ func (h *hub) join(node *backend.Node, channel string, w *waiter) <-chan struct{
 	ns := h.nodes[node]
 	if ns == nil {
 		ns = &nodeSub{channels: map[string]*local{}}
-		if c := subscriberOf(node); c != nil {
-			ns.sub = c
-			ns.ps = c.Subscribe(context.Background())
+		if ps, err := node.Subscribe(context.Background()); err == nil {
+			ns.ps = ps
 			go h.listen(ns)
 		}
 		h.nodes[node] = ns
@@ -220,7 +195,6 @@ func (h *hub) close() {
 		}
 		if ns.ps != nil {
 			_ = ns.ps.Close()
-			_ = ns.sub.Close()
 		}
 	}
 	h.nodes = map[*backend.Node]*nodeSub{}

@@ -243,131 +243,170 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 		return Result{}, ratelimit.ErrTooManyWaiters{Max: int(most)}
 	}
 	defer s.waiters.Add(-1)
-	deadline := time.Now().Add(r.MaxWait)
-	if r.Block {
-		deadline = time.Time{}
+	q := &queued{svc: s, r: r, w: &waiter{ticket: limiter.NewTicket(), wake: make(chan struct{}, 1)}}
+	if !r.Block {
+		q.deadline = time.Now().Add(r.MaxWait)
 	}
-	p, err := s.place(ctx, r.Name, r.Client, false)
-	if err != nil {
+	defer q.leave(ctx)
+	if err := q.place(ctx, false); err != nil {
 		return Result{}, err
 	}
-	shard := rand.IntN(p.Shards)
-	node, channel := p.Nodes[shard], s.channel(r.Name, shard)
-	w := &waiter{ticket: limiter.NewTicket(), wake: make(chan struct{}, 1)}
-	subscribed := s.hub.join(node, channel, w)
-	var queued *sub // where the ticket may be queued
-	defer func() {
-		s.hub.leave(node, channel, w)
-		if queued != nil {
-			// Leave the queue (so those behind move up); on failure the
-			// ticket lapses by its deadline.
-			_, _ = s.call(ctx, *queued, limiter.OpCancel, limiter.CancelArgs(queued.epoch, w.ticket, r.Permits))
-		}
-	}()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for attempt := 0; ; {
-		b := s.sub(p, r.Name, shard)
-		if p.Shards != len(p.Nodes) || b.node != node {
-			// The limiter was resharded or moved: start over on it.
-			return s.waitAgain(ctx, r, deadline)
-		}
-		id := limiter.NewLeaseID(shard, r.Permits)
-		rest := left(deadline)
-		last := rest <= 0
-		ticket := w.ticket
-		if last && queued == nil {
-			ticket = "" // a final try not queued yet does not queue
-		}
-		rep, err := s.call(ctx, b, limiter.OpLease, limiter.LeaseArgs(b.epoch, r.Permits, r.TTL, id, ticket, min(rest, s.opts.Refresh)+2*s.opts.Refresh))
-		if errors.Is(err, errChanged) {
-			if attempt++; attempt > 3 {
-				return Result{}, fmt.Errorf("limiter '%s' keeps changing; try again", r.Name)
-			}
-			if queued != nil {
-				_, _ = s.call(ctx, *queued, limiter.OpCancel, limiter.CancelArgs(queued.epoch, w.ticket, r.Permits))
-				queued = nil
-			}
-			if p, err = s.place(ctx, r.Name, r.Client, true); err != nil {
-				return Result{}, err
-			}
-			if shard >= p.Shards {
-				return s.waitAgain(ctx, r, deadline)
-			}
-			continue
-		}
-		if err != nil {
+	for {
+		rest := ratelimit.WaitLeft(q.deadline)
+		rep, id, err := q.ask(ctx, rest)
+		switch {
+		case err != nil:
 			return Result{}, err
-		}
-		attempt = 0
-		if rep.Granted == 1 {
-			queued = nil // the grant took the ticket out of the queue
-			if ctx.Err() != nil {
-				// The client left while the grant was on its way: give it back.
-				_, _ = s.call(ctx, b, limiter.OpReturn, limiter.ReturnArgs(b.epoch, id))
-				return Result{}, context.Cause(ctx)
-			}
-			return Result{Granted: true, Remaining: rep.Free, ID: id}, nil
-		}
-		if rep.Granted < 0 {
-			return Result{}, overLimit(p, r)
-		}
-		if last {
+		case rep.Granted == 1:
+			return q.take(ctx, rep, id)
+		case rep.Granted < 0:
+			return Result{}, overLimit(q.p, r)
+		case rest <= 0:
 			return Result{Remaining: rep.Free, RetryAfterMs: usToMs(rep.RetryAfterUs)}, nil
 		}
-		queued = &b
-		if subscribed != nil {
-			// Not subscribed when it asked: ask again once subscribed.
-			select {
-			case <-subscribed:
-			case <-ctx.Done():
-				return Result{}, context.Cause(ctx)
+		if err := q.sleepUntil(ctx, rep, rest); err != nil {
+			return Result{}, err
+		}
+	}
+}
+
+// queued is one waiting RL.LEASE: where it waits and whether its ticket
+// is in a queue.
+type queued struct {
+	svc      *Service
+	r        Request
+	deadline time.Time // zero: BLOCK
+	w        *waiter
+	p        ratelimit.Placed
+	shard    int
+	node     *backend.Node // the shard's, whose channel w joined
+	channel  string
+	// subscribed is closed once the channel is subscribed (nil: it was
+	// when w joined, or has been waited for since).
+	subscribed <-chan struct{}
+	in         *sub // the sub-limiter whose queue holds the ticket, if any
+	timer      *time.Timer
+}
+
+// place finds the limiter (afresh after a change) and, the first time or
+// when its sub-limiter went away or moved to another node, picks one to
+// queue on and joins its local waiters.
+func (q *queued) place(ctx context.Context, fresh bool) error {
+	p, err := q.svc.place(ctx, q.r.Name, q.r.Client, fresh)
+	if err != nil {
+		return err
+	}
+	q.p = p
+	if q.node != nil && q.shard < p.Shards && p.Nodes[q.shard] == q.node {
+		return nil
+	}
+	if q.node != nil {
+		q.svc.hub.leave(q.node, q.channel, q.w)
+	}
+	q.shard = rand.IntN(p.Shards)
+	q.node, q.channel = p.Nodes[q.shard], q.svc.channel(q.r.Name, q.shard)
+	q.subscribed = q.svc.hub.join(q.node, q.channel, q.w)
+	return nil
+}
+
+func (q *queued) sub() sub { return q.svc.sub(q.p, q.r.Name, q.shard) }
+
+// ask makes one lease call, queueing the ticket unless it is a final try
+// (rest 0) not queued yet. When the limiter changed, it leaves the old
+// queue, reloads the limiter and asks again, up to three times.
+func (q *queued) ask(ctx context.Context, rest time.Duration) (limiter.LeaseReply, string, error) {
+	for changes := 0; ; changes++ {
+		if changes > 0 {
+			q.dequeue(ctx)
+			if changes > 3 {
+				return limiter.LeaseReply{}, "", fmt.Errorf("limiter '%s' keeps changing; try again", q.r.Name)
 			}
-			subscribed = nil
+			if err := q.place(ctx, true); err != nil {
+				return limiter.LeaseReply{}, "", err
+			}
+		}
+		b, id, ticket := q.sub(), limiter.NewLeaseID(q.shard, q.r.Permits), q.w.ticket
+		if rest <= 0 && q.in == nil {
+			ticket = ""
+		}
+		refresh := q.svc.opts.Refresh
+		rep, err := q.svc.call(ctx, b, limiter.OpLease, limiter.LeaseArgs(b.epoch, q.r.Permits, q.r.TTL, id, ticket, min(rest, refresh)+2*refresh))
+		if errors.Is(err, errChanged) {
 			continue
 		}
-		sleep := min(rest, s.opts.Refresh)
-		if rep.Free < r.Permits && s.hub.head(node, channel, w) {
-			// Too few permits free: the first local waiter also wakes when
-			// the earliest lease expires (nobody may return anything).
-			// With enough free, waiters queued ahead hold it back: the
-			// queue moving wakes it.
-			sleep = min(sleep, time.Duration(rep.RetryAfterUs)*time.Microsecond)
+		switch {
+		case err != nil:
+		case rep.Granted == 1:
+			q.in = nil // the grant took the ticket out of the queue
+		case ticket != "":
+			q.in = &b
 		}
-		if timer == nil {
-			timer = time.NewTimer(sleep)
-		} else {
-			timer.Reset(sleep)
-		}
+		return rep, id, err
+	}
+}
+
+// take answers a grant, or gives the lease back to a client gone by now.
+func (q *queued) take(ctx context.Context, rep limiter.LeaseReply, id string) (Result, error) {
+	if ctx.Err() != nil {
+		b := q.sub()
+		_, _ = q.svc.call(ctx, b, limiter.OpReturn, limiter.ReturnArgs(b.epoch, id))
+		return Result{}, context.Cause(ctx)
+	}
+	return Result{Granted: true, Remaining: rep.Free, ID: id}, nil
+}
+
+// sleepUntil waits until the waiter should ask again: once subscribed (a
+// wake-up sent before was missed), when woken, after Refresh to keep its
+// ticket, at its deadline, or — the first local waiter, too few permits
+// free — when the earliest lease expires (nobody may return anything;
+// with enough free, the waiters queued ahead hold it back and the queue
+// moving wakes it). It returns ctx's cause when ctx ends first.
+func (q *queued) sleepUntil(ctx context.Context, rep limiter.LeaseReply, rest time.Duration) error {
+	if q.subscribed != nil {
 		select {
+		case <-q.subscribed:
+			q.subscribed = nil
+			return nil
 		case <-ctx.Done():
-			return Result{}, context.Cause(ctx)
-		case <-w.wake:
-		case <-timer.C:
+			return context.Cause(ctx)
 		}
 	}
+	d := min(rest, q.svc.opts.Refresh)
+	if rep.Free < q.r.Permits && q.svc.hub.head(q.node, q.channel, q.w) {
+		d = min(d, time.Duration(rep.RetryAfterUs)*time.Microsecond)
+	}
+	if q.timer == nil {
+		q.timer = time.NewTimer(d)
+	} else {
+		q.timer.Reset(d)
+	}
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-q.w.wake:
+	case <-q.timer.C:
+	}
+	return nil
 }
 
-// waitAgain restarts a wait whose sub-limiter went away, with what is
-// left of its wait.
-func (s *Service) waitAgain(ctx context.Context, r Request, deadline time.Time) (Result, error) {
-	if !r.Block {
-		r.MaxWait = max(time.Millisecond, time.Until(deadline))
+// dequeue takes the ticket out of its queue (so those behind move up); on
+// failure it lapses by its deadline.
+func (q *queued) dequeue(ctx context.Context) {
+	if q.in != nil {
+		_, _ = q.svc.call(ctx, *q.in, limiter.OpCancel, limiter.CancelArgs(q.in.epoch, q.w.ticket, q.r.Permits))
+		q.in = nil
 	}
-	return s.wait(ctx, r)
 }
 
-// left is the wait allowed from now until deadline (zero deadline: a day,
-// asked again).
-func left(deadline time.Time) time.Duration {
-	if deadline.IsZero() {
-		return 24 * time.Hour
+// leave ends the wait: out of the queue and the local waiters.
+func (q *queued) leave(ctx context.Context) {
+	if q.timer != nil {
+		q.timer.Stop()
 	}
-	return time.Until(deadline)
+	if q.node != nil {
+		q.svc.hub.leave(q.node, q.channel, q.w)
+	}
+	q.dequeue(ctx)
 }
 
 // Return gives a lease back; it reports whether the lease was held.
@@ -406,12 +445,8 @@ func (s *Service) onLease(ctx context.Context, name, client, id string, op limit
 func (s *Service) Changed(ctx context.Context, name string, shards int) {
 	for shard, n := range s.look.Nodes(name, max(1, shards)) {
 		ch := s.channel(name, shard)
-		s.hub.wakeAll(n, ch) // this proxy's at once
-		if c, ok := n.Client().(interface {
-			Publish(ctx context.Context, channel string, message any) *redis.IntCmd
-		}); ok {
-			_ = c.Publish(ctx, ch, "*").Err()
-		}
+		s.hub.wakeAll(n, ch)        // this proxy's at once
+		_ = n.Publish(ctx, ch, "*") // the others' (a lost message costs promptness only)
 	}
 }
 

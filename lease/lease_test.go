@@ -36,6 +36,20 @@ func newRig(t *testing.T) *rig {
 	return &rig{svc: svc, lim: lim, srv: srv, keys: limiter.Keys{Prefix: "t:"}}
 }
 
+// state returns the KEYS of shard 0 of name's script, under its epoch now.
+func (r *rig) state(t *testing.T, name string) []string {
+	epoch := r.srv.Client(t).HGet(t.Context(), r.keys.Config(name, 0), "epoch").Val()
+	return r.keys.Script(limiter.Concurrency, name, 0, epoch, "")
+}
+
+// waitQueued waits until n waiters are queued on shard 0 of name: each
+// has asked, been denied and sleeps until woken.
+func (r *rig) waitQueued(t *testing.T, name string, n int64) {
+	t.Helper()
+	queue := r.state(t, name)[2]
+	redistest.WaitFor(t, func() bool { return r.srv.Client(t).ZCard(t.Context(), queue).Val() == n })
+}
+
 func (r *rig) create(t *testing.T, name string, limit int64, ttl time.Duration) {
 	c := limiter.Config{Algo: limiter.Concurrency, Rate: limit, Interval: ttl, Burst: limit, Shards: 1, Mode: limiter.Overall}
 	if _, err := r.lim.SetRate(t.Context(), name, c, ratelimit.SetRateOptions{}); err != nil {
@@ -54,16 +68,23 @@ func TestFinalTryAtDeadline(t *testing.T) {
 	if err != nil || !held.Granted {
 		t.Fatalf("lease: %+v %v", held, err)
 	}
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		rdb := r.srv.Client(t)
-		epoch := rdb.HGet(context.Background(), r.keys.Config("db", 0), "epoch").Val()
-		keys := r.keys.Script(limiter.Concurrency, "db", 0, epoch, "")
-		rdb.ZRem(context.Background(), keys[1], held.ID)
-		rdb.Del(context.Background(), keys[4]) // the count of permits held is rebuilt from the leases
-	}()
+	type answer struct {
+		res Result
+		err error
+	}
+	done := make(chan answer, 1)
 	start := time.Now()
-	got, err := r.svc.Lease(t.Context(), Request{Name: "db", MaxWait: 300 * time.Millisecond})
+	go func() {
+		res, err := r.svc.Lease(t.Context(), Request{Name: "db", MaxWait: 300 * time.Millisecond})
+		done <- answer{res, err}
+	}()
+	// Once the waiter sleeps in the queue, the lease vanishes.
+	r.waitQueued(t, "db", 1)
+	rdb, keys := r.srv.Client(t), r.state(t, "db")
+	rdb.ZRem(t.Context(), keys[1], held.ID)
+	rdb.Del(t.Context(), keys[4]) // the count of permits held is rebuilt from the leases
+	a := <-done
+	got, err := a.res, a.err
 	if err != nil || !got.Granted {
 		t.Fatalf("waiter at its deadline: %+v %v, want granted by the final try", got, err)
 	}
@@ -77,11 +98,19 @@ func TestWaiterLeavesQueue(t *testing.T) {
 	r := newRig(t)
 	r.create(t, "db", 1, 10*time.Second)
 	held, _ := r.svc.Lease(t.Context(), Request{Name: "db"})
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	if _, err := r.svc.Lease(ctx, Request{Name: "db", Block: true}); err == nil {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.svc.Lease(ctx, Request{Name: "db", Block: true})
+		errc <- err
+	}()
+	r.waitQueued(t, "db", 1)
+	cancel()
+	if err := <-errc; err == nil {
 		t.Fatal("a blocked waiter whose context ended got no error")
 	}
+	r.waitQueued(t, "db", 0)
 	if ok, err := r.svc.Return(t.Context(), "db", "", held.ID); !ok || err != nil {
 		t.Fatalf("return: %v %v", ok, err)
 	}

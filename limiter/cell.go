@@ -57,15 +57,6 @@ func (t Throttle) Args() []any {
 	return []any{t.MaxBurst, strconv.FormatFloat(t.Emission(), 'f', 0, 64), t.Quantity}
 }
 
-// CellArgs builds the ARGV of cell.lua for redis-cell's CL.THROTTLE: at
-// most maxBurst+1 actions at once, count actions per period seconds, and
-// this call takes quantity of them (0 only looks). The caller validates
-// them as redis-cell does; cell.lua answers an error for a zero or
-// negative rate.
-func CellArgs(maxBurst, count, period, quantity int64) []any {
-	return Throttle{MaxBurst: maxBurst, Count: count, Period: float64(period), Quantity: quantity}.Args()
-}
-
 // Indexes of the five integers of a CL.THROTTLE reply, in redis-cell's order.
 const (
 	CellLimited    = iota // 1 when the action was limited, else 0

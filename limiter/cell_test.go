@@ -20,7 +20,7 @@ import (
 func (r *rig) throttle(t *testing.T, key string, maxBurst, count, period, quantity int64) [5]int64 {
 	t.Helper()
 	v, err := r.scripts.Cell.Run(t.Context(), r.rdb, []string{r.keys.Cell(key)},
-		limiter.CellArgs(maxBurst, count, period, quantity)...).Result()
+		limiter.Throttle{MaxBurst: maxBurst, Count: count, Period: float64(period), Quantity: quantity}.Args()...).Result()
 	if err != nil {
 		t.Fatalf("CL.THROTTLE %s %d %d %d %d: %v", key, maxBurst, count, period, quantity, err)
 	}
@@ -172,7 +172,7 @@ func TestCellThrottleTiming(t *testing.T) {
 	})
 
 	t.Run("zero rate is an error", func(t *testing.T) {
-		_, err := r.scripts.Cell.Run(t.Context(), r.rdb, []string{r.keys.Cell("zero")}, limiter.CellArgs(1, 0, 60, 1)...).Result()
+		_, err := r.scripts.Cell.Run(t.Context(), r.rdb, []string{r.keys.Cell("zero")}, limiter.Throttle{MaxBurst: 1, Count: 0, Period: 60, Quantity: 1}.Args()...).Result()
 		if err == nil || !strings.Contains(err.Error(), "Zero rates are not supported") {
 			t.Errorf("count 0: err = %v, want redis-cell's zero rate error", err)
 		}

@@ -5,6 +5,7 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -124,6 +125,30 @@ func TestConcurrencyExpiry(t *testing.T) {
 	}
 }
 
+// Permits of expired leases come back while other leases live, however
+// the expiry is noticed: by a peek, a denied lease or the return of an
+// unknown id (issue 23: the purge was not written back).
+func TestConcurrencyExpiryWhileHeld(t *testing.T) {
+	r := newRig(t)
+	s := sem{r.create(t, "db", concurrency(2, time.Hour))}
+	s.lease(1, 0, "")
+	notice := map[string]func(){
+		"peek":           func() { s.free() },
+		"denied lease":   func() { s.lease(2, 0, "") },
+		"unknown return": func() { s.give(limiter.NewLeaseID(0, 1)) },
+	}
+	for _, how := range []string{"peek", "denied lease", "unknown return", "peek"} {
+		for range 2 {
+			s.lease(1, 20*time.Millisecond, "")
+			time.Sleep(30 * time.Millisecond)
+			notice[how]()
+			if f := s.free(); f != 1 {
+				t.Fatalf("after an expiry noticed by a %s: free %d, want 1", how, f)
+			}
+		}
+	}
+}
+
 func TestConcurrencyQueue(t *testing.T) {
 	r := newRig(t)
 	s := sem{r.create(t, "db", concurrency(3, 10*time.Second))}
@@ -225,6 +250,26 @@ func TestConcurrencyKeepState(t *testing.T) {
 	_, epoch, _ = r.setConf(t, "db", concurrency(4, time.Minute), limiter.SetConfOptions{KeepState: true, Epoch: "e3"})
 	if f := s.free(); epoch != "e1" || f != 2 {
 		t.Fatalf("free %d under a limit of 4 with 2 held, want 2", f)
+	}
+	// Another shard count or mode would forget the leases: refused, and
+	// nothing is written.
+	sharded, perClient := concurrency(4, time.Minute), concurrency(4, time.Minute)
+	sharded.Shards, perClient.Mode = 2, limiter.PerClient
+	for _, c := range []limiter.Config{sharded, perClient} {
+		v, err := r.scripts.SetConf.Run(t.Context(), r.rdb, []string{r.keys.Config("db", 0)}, limiter.SetConfArgs(c, shard0(c), limiter.SetConfOptions{KeepState: true, Epoch: "e4"})...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := limiter.DecodeSetConfReply(v); !errors.Is(err, limiter.ErrKeepLeases) || rep.Epoch != "e1" || rep.OldShards != 1 {
+			t.Fatalf("KEEPSTATE to %d shards, mode %s: %+v %v, want refused", c.Shards, c.Mode, rep, err)
+		}
+		if f := s.free(); f != 2 {
+			t.Fatalf("free %d after a refused KEEPSTATE, want 2", f)
+		}
+	}
+	// Without KEEPSTATE the new shape starts with none held.
+	if _, epoch, _ = r.setConf(t, "db", sharded, limiter.SetConfOptions{Epoch: "e5"}); epoch != "e5" {
+		t.Fatalf("a new shard count without KEEPSTATE: epoch %s, want e5", epoch)
 	}
 }
 

@@ -133,7 +133,9 @@ func TestGCRAFractionalPeriod(t *testing.T) {
 	})
 }
 
-func TestGCRATokensZeroLooks(t *testing.T) {
+// CL.THROTTLE's quantity 0 looks without taking (GCRA's TOKENS 0 is out of
+// range, as in Redis).
+func TestThrottleQuantityZeroLooks(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	th := limiter.Throttle{MaxBurst: 9, Count: 1, Period: 60, Quantity: 3}
@@ -141,10 +143,10 @@ func TestGCRATokensZeroLooks(t *testing.T) {
 	look.Quantity = 0
 
 	if got := r.gcra(t, "fresh", look); got != [5]int64{0, 10, 10, -1, 0} {
-		t.Errorf("TOKENS 0 on a fresh key = %v, want all 10 available", got)
+		t.Errorf("quantity 0 on a fresh key = %v, want all 10 available", got)
 	}
 	if n, _ := r.rdb.Exists(t.Context(), r.keys.Cell("fresh")).Result(); n != 0 {
-		t.Errorf("TOKENS 0 on a fresh key stored state")
+		t.Errorf("quantity 0 on a fresh key stored state")
 	}
 
 	took := r.gcra(t, "k", th)
@@ -155,11 +157,11 @@ func TestGCRATokensZeroLooks(t *testing.T) {
 	for range 3 {
 		got := r.gcra(t, "k", look)
 		if got[limiter.CellLimited] != 0 || got[limiter.CellRemaining] != took[limiter.CellRemaining] || got[limiter.CellRetryAfter] != -1 {
-			t.Errorf("TOKENS 0 after taking 3 = %v, want allowed with %d remaining (as after the take: %v)", got, took[limiter.CellRemaining], took)
+			t.Errorf("quantity 0 after taking 3 = %v, want allowed with %d remaining (as after the take: %v)", got, took[limiter.CellRemaining], took)
 		}
 	}
 	after, err := r.rdb.Get(t.Context(), r.keys.Cell("k")).Result()
 	if err != nil || after != before {
-		t.Errorf("state after TOKENS 0 = %q (%v), want unchanged %q", after, err, before)
+		t.Errorf("state after quantity 0 = %q (%v), want unchanged %q", after, err, before)
 	}
 }

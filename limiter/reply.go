@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -239,12 +240,20 @@ func DecodeSetConfReply(v any) (SetConfReply, error) {
 		return SetConfReply{}, fmt.Errorf("setconf script: unexpected reply %T %v", v, v)
 	}
 	changed, epoch, old, err := DecodeSetConf(arr[:3])
+	if errors.Is(err, ErrKeepLeases) {
+		return SetConfReply{Epoch: epoch, OldShards: old}, err
+	}
 	gen, ok := arr[3].(string)
 	if err != nil || !ok {
 		return SetConfReply{}, fmt.Errorf("setconf script: unexpected reply %v", arr)
 	}
 	return SetConfReply{Changed: changed, Epoch: epoch, OldShards: old, Gen: gen}, nil
 }
+
+// ErrKeepLeases is setconf.lua's refusal of KEEPSTATE on a concurrency
+// limiter whose shard count or mode would change (its leases would be
+// forgotten).
+var ErrKeepLeases = errors.New("KEEPSTATE cannot carry leases over a change of SHARDS or MODE")
 
 // DecodeSetConf decodes setconf.lua's reply, without its generation.
 func DecodeSetConf(v any) (changed bool, epoch string, oldShards int, err error) {
@@ -262,6 +271,9 @@ func DecodeSetConf(v any) (changed bool, epoch string, oldShards int, err error)
 	n, err2 := toInt(arr[2])
 	if err1 != nil || !ok || err2 != nil {
 		return false, "", 0, fmt.Errorf("setconf script: unexpected reply %v", arr)
+	}
+	if c == -1 {
+		return false, e, int(n), ErrKeepLeases
 	}
 	return c == 1, e, int(n), nil
 }

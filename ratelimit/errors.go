@@ -25,6 +25,15 @@ func (e *OverCapacityError) Error() string {
 	return fmt.Sprintf("requested %d permits but limiter '%s' holds at most %d per request", e.Permits, e.Name, e.Capacity)
 }
 
+// KeepLeasesError: RL.SETRATE ... KEEPSTATE would change the shard count
+// or mode of a concurrency limiter, and so forget the leases held (the
+// new config would over-admit).
+type KeepLeasesError struct{ Name string }
+
+func (e *KeepLeasesError) Error() string {
+	return fmt.Sprintf("KEEPSTATE cannot carry the leases held on '%s' over a change of SHARDS or MODE: set it without KEEPSTATE (the leases held are forgotten) or keep SHARDS and MODE", e.Name)
+}
+
 // ErrTooManyWaiters: max_waiters clients are already waiting.
 type ErrTooManyWaiters struct{ Max int }
 

@@ -141,8 +141,14 @@ func (l *Limiters) GetRate(ctx context.Context, name string) (*limiter.Config, e
 }
 
 // eachShard runs a peek or release op on every shard of a limiter and
-// sums what they report available.
+// sums what they report available. Each shard is asked once: after a
+// follower is repaired the walk goes on from it, and a release whose
+// config was replaced after some shares were given back ends with an
+// error (giving them again would release them twice).
 func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, permits func(shard int, st *entry) []int64) (int64, error) {
+	var total int64
+	var done *entry // the config shards below from were asked under
+	from := 0
 	for attempt := 0; ; attempt++ {
 		st, err := l.config(ctx, r.Name, attempt > 0)
 		if err != nil {
@@ -152,10 +158,15 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 		if st.Algo == limiter.Concurrency && op == limiter.OpRelease {
 			return 0, limiter.ErrLeaseOnly{Name: r.Name}
 		}
-		var total int64
+		if from > 0 && (st.Epoch != done.Epoch || st.Shards != done.Shards) {
+			if op == limiter.OpRelease {
+				return 0, fmt.Errorf("limiter '%s' changed during RL.RELEASE; try again", r.Name)
+			}
+			total, from = 0, 0
+		}
 		changed := false
 		stale := -1 // a follower shard that did not serve shard 0's config
-		for shard := 0; shard < st.Shards && !changed; shard++ {
+		for shard := from; shard < st.Shards && !changed; shard++ {
 			keys := l.keys.ScriptLimits(st.Algo, r.Name, shard, st.Epoch, clientKey(&st.Stored, r.Client), len(st.LimitList()))
 			v, err := st.nodes[shard].Eval(ctx, script, keys, limiter.Args(op, st.Epoch, permits(shard, st)...)...)
 			if err != nil {
@@ -169,7 +180,10 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 			if changed && shard > 0 && (rep.Status == limiter.StatusNoLimiter || attempt > 0) {
 				stale = shard
 			}
-			total += rep.Count
+			if !changed {
+				total += rep.Count
+				from, done = shard+1, st
+			}
 		}
 		if !changed {
 			return total, nil
@@ -249,20 +263,4 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 	}
 	l.Wake(name)
 	return true, nil
-}
-
-// ThrottleRequest is one redis-cell CL.THROTTLE call.
-type ThrottleRequest struct {
-	Key                               string
-	MaxBurst, Count, Period, Quantity int64
-}
-
-// Throttle runs redis-cell's CL.THROTTLE and returns its five-integer reply.
-func (l *Limiters) Throttle(ctx context.Context, r ThrottleRequest) ([5]int64, error) {
-	node := l.nodes(r.Key, 1)[0]
-	v, err := node.Eval(ctx, l.scripts.Cell, []string{l.keys.Cell(r.Key)}, limiter.CellArgs(r.MaxBurst, r.Count, r.Period, r.Quantity)...)
-	if err != nil {
-		return [5]int64{}, err
-	}
-	return limiter.DecodeCell(v)
 }

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/rlproxy/rlproxy/backend"
@@ -40,6 +41,9 @@ type SetRateOptions struct {
 func (l *Limiters) SetRate(ctx context.Context, name string, c limiter.Config, o SetRateOptions) (bool, error) {
 	subs, nodes := sharding.Subs(c), l.nodes(name, c.Shards)
 	lead, err := l.setConf(ctx, nodes[0], name, c, subs[0], limiter.SetConfOptions{NX: o.NX, KeepState: o.KeepState, Epoch: newEpoch()})
+	if errors.Is(err, limiter.ErrKeepLeases) {
+		return false, &KeepLeasesError{Name: name}
+	}
 	if err != nil {
 		return false, err
 	}

@@ -28,9 +28,11 @@ import (
 //
 // If the permits cannot come within the timeout, the denial is answered
 // at once rather than after the timeout (like Guava's tryAcquire with a
-// timeout): retry_after says when they could.
+// timeout): retry_after says when they could. BLOCK is never answered a
+// denial: a waiter whose permits are further off than a limiter books
+// ahead sleeps until they are within reach and asks again.
 
-// blockWait is how far ahead BLOCK may book: effectively forever.
+// blockWait is how far ahead BLOCK may book: the longest interval.
 const blockWait = limiter.MaxInterval
 
 // AcquireWait asks for permits, waiting up to timeout (or forever when
@@ -64,12 +66,29 @@ func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Dura
 	return l.queue(ctx, r, st, deadline)
 }
 
-// left is the wait allowed from now until deadline (zero: none).
-func left(deadline time.Time) time.Duration {
+// WaitLeft is the wait allowed from now until deadline, never below
+// zero; for the zero deadline (BLOCK), the farthest a limiter books
+// ahead. RL.ACQUIRE and RL.LEASE waiters both ask it.
+func WaitLeft(deadline time.Time) time.Duration {
 	if deadline.IsZero() {
 		return blockWait
 	}
 	return max(0, time.Until(deadline))
+}
+
+// nextAsk is how long a waiter denied with retry_after wait sleeps before
+// asking again; ok is false when the denial is its answer (the permits
+// cannot come before its deadline). BLOCK always waits: permits further
+// off than blockWait could not be booked yet, and are once it has slept
+// the difference.
+func nextAsk(wait time.Duration, deadline time.Time) (sleep time.Duration, ok bool) {
+	if !deadline.IsZero() {
+		return wait, wait <= WaitLeft(deadline)
+	}
+	if wait > blockWait {
+		return wait - blockWait, true
+	}
+	return wait, true
 }
 
 func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline time.Time) (limiter.Result, error) {
@@ -77,7 +96,7 @@ func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline ti
 	// time the answer comes; here the waiter does it, exactly once.
 	actx := context.WithoutCancel(ctx)
 	for {
-		r.MaxWait = left(deadline)
+		r.MaxWait = WaitLeft(deadline)
 		o := l.AcquireAll(actx, []Request{r})[0]
 		res, shard, err := o.Result, o.shard, o.Err
 		if err != nil {
@@ -88,11 +107,12 @@ func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline ti
 			booked = e
 		}
 		if !res.Granted {
-			// No room to book (a leaky bucket's queue is full): sleep until
+			// No room to book (a leaky bucket's queue is full, or the
+			// permits are further off than BLOCK books ahead): sleep until
 			// the limiter said, unless that is past the deadline, and ask
 			// again (at once if the limiter changes).
-			wait := time.Duration(res.RetryAfterMs) * time.Millisecond
-			if wait > left(deadline) {
+			wait, ok := nextAsk(time.Duration(res.RetryAfterMs)*time.Millisecond, deadline)
+			if !ok {
 				return res, nil
 			}
 			if err := l.sleepUnlessWoken(ctx, r.Name, wait); err != nil {
@@ -210,8 +230,8 @@ func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time
 		if err != nil || res.Granted {
 			return res, err
 		}
-		wait := time.Duration(res.RetryAfterMs) * time.Millisecond
-		if wait > left(deadline) {
+		wait, ok := nextAsk(time.Duration(res.RetryAfterMs)*time.Millisecond, deadline)
+		if !ok {
 			return res, nil
 		}
 		q.asking(time.Now().Add(wait))

@@ -107,6 +107,52 @@ func held(t testing.TB, rdb *redis.Client, name string, shard int) int64 {
 	return n
 }
 
+// queuedScript counts the tickets in a sub-limiter's queue of waiters.
+var queuedScript = redis.NewScript(`
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return 0 end
+return redis.call('ZCARD', ARGV[1] .. ':' .. epoch .. ':q')`)
+
+// waitQueued waits until n waiters are queued on the shards of limiter
+// name: each has asked, been denied and sleeps until woken (a wake-up
+// sent from then on reaches it), where a waiter only counted in INFO may
+// not have asked yet.
+func waitQueued(t testing.TB, rdb redis.Scripter, name string, shards int, n int64) {
+	t.Helper()
+	var got int64
+	if err := eventually(5*time.Second, func() error {
+		got = 0
+		for shard := range shards {
+			tag := fmt.Sprintf("rl:{%s:%d}", name, shard)
+			c, err := queuedScript.Run(context.Background(), rdb, []string{tag + ":c"}, tag).Int64()
+			if err != nil {
+				return err
+			}
+			got += c
+		}
+		if got != n {
+			return fmt.Errorf("%d waiters queued on '%s', want %d", got, name, n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLeaseWaiting waits until exactly n clients of c's proxy wait in
+// RL.LEASE (INFO lease_waiting_clients).
+func waitLeaseWaiting(t testing.TB, c conn, n int) {
+	t.Helper()
+	if err := eventually(3*time.Second, func() error {
+		if got := infoInt(t, c, "lease_waiting_clients"); got != n {
+			return fmt.Errorf("lease_waiting_clients is %d, want %d", got, n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // proxies starts n proxies over one redis-server.
 func proxies(t testing.TB, n int) []*harness {
 	srv := redistest.StartServer(t)
@@ -130,6 +176,7 @@ func timedLease(t testing.TB, c conn, args ...any) (leaseReply, time.Duration) {
 func TestLeaseWaitersWake(t *testing.T) {
 	hs := proxies(t, 2)
 	a, b := hs[0], hs[1]
+	rdb := a.backend.Client(t)
 	a.Do(t, "RL.SETRATE", "w", 1, "10s", "ALGO", "concurrency").Equal(int64(1))
 
 	var lags []time.Duration
@@ -141,7 +188,7 @@ func TestLeaseWaitersWake(t *testing.T) {
 			got, _ = timedLease(t, b.conn, "w", "TIMEOUT", "3s")
 			done <- time.Now()
 		}()
-		time.Sleep(100 * time.Millisecond)
+		waitQueued(t, rdb, "w", 1, 1)
 		a.Do(t, "RL.RETURN", "w", l.ID).Equal(int64(1))
 		returned := time.Now()
 		woke := <-done
@@ -182,15 +229,20 @@ func TestLeaseCrashSafety(t *testing.T) {
 	rdb := h.backend.Client(t)
 	h.Do(t, "RL.SETRATE", "c", 1, "10s", "ALGO", "concurrency").Equal(int64(1))
 	l := h.Do(t, "RL.LEASE", "c").Lease()
-	for range 3 {
+	var gone []*raw
+	for i := range 3 {
 		w := h.raw(t)
 		w.Send("RL.LEASE", "c", "BLOCK")
-		time.Sleep(50 * time.Millisecond)
+		waitQueued(t, rdb, "c", 1, int64(i+1))
+		gone = append(gone, w)
+	}
+	for _, w := range gone {
 		_ = w.c.Close()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Once the proxy has seen them go, no ticket of theirs is left.
+	waitLeaseWaiting(t, h.conn, 0)
+	waitQueued(t, rdb, "c", 1, 0)
 	h.Do(t, "RL.RETURN", "c", l.ID).Equal(int64(1))
-	time.Sleep(100 * time.Millisecond)
 	if n := held(t, rdb, "c", 0); n != 0 {
 		t.Fatalf("%d permits held after the waiters left and the holder returned", n)
 	}
@@ -246,6 +298,16 @@ func TestLeaseOptions(t *testing.T) {
 	h.Do(t, "RL.SETRATE", "k", 4, "1m", "ALGO", "concurrency", "KEEPSTATE").Equal(int64(1))
 	h.Do(t, "RL.AVAILABLE", "k").Equal(int64(2))
 	h.Do(t, "RL.RETURN", "k", a.ID).Equal(int64(1))
+	// KEEPSTATE cannot carry leases over a change of SHARDS or MODE (they
+	// are held per sub-limiter and per client): refused, nothing changed.
+	b := h.Do(t, "RL.LEASE", "k", 1).Lease()
+	for _, change := range [][]any{{"SHARDS", 2}, {"MODE", "PER_CLIENT"}} {
+		args := append([]any{"RL.SETRATE", "k", 4, "1m", "ALGO", "concurrency", "KEEPSTATE"}, change...)
+		h.Do(t, args...).Err("ERR KEEPSTATE cannot carry the leases held on 'k' over a change of SHARDS or MODE: set it without KEEPSTATE (the leases held are forgotten) or keep SHARDS and MODE")
+		h.Do(t, "RL.AVAILABLE", "k").Equal(int64(3))
+	}
+	h.Do(t, "RL.GETRATE", "k").Equal(map[any]any{"rate": int64(4), "interval_ms": int64(60000), "algo": "concurrency", "burst": int64(4), "shards": int64(1), "mode": "OVERALL", "ttl_ms": int64(0)})
+	h.Do(t, "RL.RETURN", "k", b.ID).Equal(int64(1))
 	// Without KEEPSTATE a new limit starts afresh.
 	h.Do(t, "RL.LEASE", "k", 4).Lease()
 	h.Do(t, "RL.SETRATE", "k", 2, "1m", "ALGO", "concurrency").Equal(int64(1))
@@ -276,7 +338,7 @@ func TestLeaseOptions(t *testing.T) {
 	errc := make(chan error, 1)
 	w := h.client(t, nil)
 	go func() { errc <- w.Do(context.Background(), "RL.LEASE", "d", "TIMEOUT", "5s").Err() }()
-	time.Sleep(100 * time.Millisecond)
+	waitQueued(t, h.backend.Client(t), "d", 1, 1)
 	h.Do(t, "RL.DEL", "d").Equal(int64(1))
 	begin := time.Now()
 	select {
@@ -443,7 +505,7 @@ func TestLeaseEmbedded(t *testing.T) {
 	done := make(chan leaseReply, 1)
 	w := h.Conn(t, nil)
 	go func() { r, _ := timedLease(t, w, "e", "TIMEOUT", "3s"); done <- r }()
-	time.Sleep(100 * time.Millisecond)
+	waitQueued(t, h.proxy.pool.Nodes()[0].Client(), "e", 1, 1)
 	h.Do(t, "RL.RETURN", "e", l.ID).Equal(int64(1))
 	select {
 	case r := <-done:
@@ -475,7 +537,7 @@ func TestLeaseCluster(t *testing.T) {
 	done := make(chan leaseReply, 1)
 	w := b.Conn(t, nil)
 	go func() { r, _ := timedLease(t, w, "cl", "TIMEOUT", "5s"); done <- r }()
-	time.Sleep(200 * time.Millisecond)
+	waitQueued(t, cluster.Client(t), "cl", 4, 1)
 	for _, id := range ids {
 		a.Do(t, "RL.RETURN", "cl", id).Equal(int64(1))
 	}
@@ -526,7 +588,7 @@ func TestLeaseNoPollingStorm(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(700 * time.Millisecond)
+	waitQueued(t, rdb, "q", 1, waiters) // all asleep: the return can wake all or one
 	hs[1].Do(t, "RL.RETURN", "q", held.ID).Equal(int64(1))
 	wg.Wait()
 	calls := backendCalls(t, rdb)
@@ -550,7 +612,7 @@ func TestLeaseWaitersFollowTheLimit(t *testing.T) {
 	done := make(chan leaseReply, 1)
 	w := b.Conn(t, nil)
 	go func() { r, _ := timedLease(t, w, "up", "TIMEOUT", "5s"); done <- r }()
-	time.Sleep(150 * time.Millisecond)
+	waitQueued(t, a.backend.Client(t), "up", 1, 1)
 	a.Do(t, "RL.SETRATE", "up", 2, "10s", "ALGO", "concurrency", "KEEPSTATE").Equal(int64(1))
 	changed := time.Now()
 	select {

@@ -27,7 +27,6 @@ func TestRueidisGCRA(t *testing.T) {
 		want   []int64
 	}{
 		{1, []int64{0, 2, 1, -1, 1}},
-		{0, []int64{0, 2, 1, -1, 1}}, // TOKENS 0 looks
 		{1, []int64{0, 2, 0, -1, 1}},
 		{1, []int64{1, 2, 0, 1, 1}},
 	} {
@@ -44,5 +43,8 @@ func TestRueidisGCRA(t *testing.T) {
 	// rueidis drops the ERR code from the message.
 	if _, err := gcra("bad", 1, 1, 0, 1); err == nil || err.Error() != "period must be > 0 and < 1e12" {
 		t.Errorf("period 0: err = %v", err)
+	}
+	if _, err := gcra("bad", 1, 1, 1, 0); err == nil || err.Error() != "value is out of range, value must between 1 and 9223372036854775807" {
+		t.Errorf("TOKENS 0: err = %v", err)
 	}
 }

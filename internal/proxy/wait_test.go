@@ -129,14 +129,17 @@ func drained(t testing.TB, c conn, key string) (grant, time.Time) {
 }
 
 // waitingClients reads waiting_clients from INFO.
-func waitingClients(t testing.TB, c conn) int {
+func waitingClients(t testing.TB, c conn) int { return infoInt(t, c, "waiting_clients") }
+
+// infoInt reads an integer field from INFO.
+func infoInt(t testing.TB, c conn, field string) int {
 	t.Helper()
 	info, ok := c.Do(t, "INFO").OK().(string)
 	if !ok {
 		t.Fatalf("INFO: want a string")
 	}
 	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "waiting_clients:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			n, err := strconv.Atoi(v)
 			if err != nil {
 				t.Fatalf("INFO: %q: %v", line, err)
@@ -144,7 +147,7 @@ func waitingClients(t testing.TB, c conn) int {
 			return n
 		}
 	}
-	t.Fatalf("INFO has no waiting_clients line:\n%s", info)
+	t.Fatalf("INFO has no %s line:\n%s", field, info)
 	return 0
 }
 
@@ -580,6 +583,43 @@ func TestWaitShards(t *testing.T) {
 			// back (its next slot comes) 1s after its grant.
 			if held := r.at.Sub(begun); held < time.Second-early {
 				t.Errorf("granted %v after draining began: sooner than any shard refills", held)
+			}
+		})
+	}
+}
+
+// BLOCK is never answered a denial, even when the permits are further
+// off than a limiter books ahead (366 days): a debt of two years on a
+// limiter of 1 per 366 days. The waiter waits until a change to the
+// limiter lets it in.
+func TestWaitBlockFarAhead(t *testing.T) {
+	t.Parallel()
+	h := start(t)
+	for _, algo := range waitAlgos {
+		t.Run(algo, func(t *testing.T) {
+			t.Parallel()
+			h := h.alone(t) // its own proxy: the test counts waiting clients
+			key := "far:" + algo
+			h.Do(t, setRateArgs(key, 1, "366d", algo)...).Equal(int64(1))
+			c := h.waiter(t)
+			c.Do(t, "RL.CHARGE", key, 2).OK()
+			ch := goDo(h.waiter(t), "RL.ACQUIRE", key, 1, "BLOCK")
+			if err := eventually(3*time.Second, func() error {
+				select {
+				case r := <-ch:
+					t.Fatalf("BLOCK with the permits two years off answered %v %v, want it waiting", r.val, r.err)
+				default:
+				}
+				if n := waitingClients(t, c); n != 1 {
+					return fmt.Errorf("waiting_clients is %d, want 1", n)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			h.Do(t, setRateArgs(key, 10, "1s", algo)...).Equal(int64(1))
+			if g := await(t, ch, slack).reply(t).Acquire(); !g.Granted || g.RetryAfter != 0 {
+				t.Fatalf("BLOCK after the limiter changed to 10/1s: %+v, want granted now", g)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +17,12 @@ import (
 // for every node to report a healthy, agreed cluster.
 const clusterTimeout = 20 * time.Second
 
-// Cluster is a real Redis Cluster of N masters (no replicas) built with
-// `redis-cli --cluster create`.
+// Cluster is a real Redis Cluster built with `redis-cli --cluster create`.
+// Its nodes' timeout (cluster-node-timeout) is 2s: a replica takes over
+// from a failed master about 3s after it stops answering.
 type Cluster struct {
-	Nodes []*Server
+	Nodes   []*Server
+	masters int // nodes serving slots when the cluster was made
 }
 
 // StartCluster starts masters cluster-enabled redis-servers (at least 3, the
@@ -28,19 +31,27 @@ type Cluster struct {
 // all nodes agree on the slot map. Nodes are killed when the test finishes.
 func StartCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
+	return StartClusterWithReplicas(t, masters, 0)
+}
+
+// StartClusterWithReplicas is StartCluster with replicas replicas per
+// master (redis-cli picks which), and waits as well until every replica
+// has synced with its master (one that never did would not take over).
+func StartClusterWithReplicas(t testing.TB, masters, replicas int) *Cluster {
+	t.Helper()
 	if masters < 3 {
 		t.Fatalf("redistest: StartCluster needs at least 3 masters (redis-cli --cluster create refuses fewer), got %d", masters)
 	}
 	cli := LookPath(t, "redis-cli")
-	c := &Cluster{}
-	for range masters {
+	c := &Cluster{masters: masters}
+	for range masters * (1 + replicas) {
 		c.Nodes = append(c.Nodes, startServer(t, options{cluster: true}))
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	cmd := exec.CommandContext(ctx, cli, args...)
 	cmd.WaitDelay = time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -111,13 +122,12 @@ func (c *Cluster) waitHealthy(timeout time.Duration) error {
 func (c *Cluster) checkHealthy(clients []*redis.Client) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	n := len(c.Nodes)
 	wantInfo := []string{
 		"cluster_state:ok",
 		"cluster_slots_assigned:16384",
 		"cluster_slots_ok:16384",
-		fmt.Sprintf("cluster_known_nodes:%d", n),
-		fmt.Sprintf("cluster_size:%d", n), // masters serving slots
+		fmt.Sprintf("cluster_known_nodes:%d", len(c.Nodes)),
+		fmt.Sprintf("cluster_size:%d", c.masters), // masters serving slots
 	}
 	var firstMap string
 	for i, cl := range clients {
@@ -134,6 +144,11 @@ func (c *Cluster) checkHealthy(clients []*redis.Client) error {
 		slots, err := cl.ClusterSlots(ctx).Result()
 		if err != nil {
 			return fmt.Errorf("%s: CLUSTER SLOTS: %w", addr, err)
+		}
+		if repl, err := cl.Info(ctx, "replication").Result(); err != nil {
+			return fmt.Errorf("%s: INFO replication: %w", addr, err)
+		} else if hasLine(repl, "role:slave") && !hasLine(repl, "master_link_status:up") {
+			return fmt.Errorf("%s: replica not synced with its master:\n%s", addr, repl)
 		}
 		m := slotMap(slots)
 		if i == 0 {
@@ -159,6 +174,23 @@ func slotMap(slots []redis.ClusterSlot) string {
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, " ")
+}
+
+// SlotMaster returns the address of the master serving slot, as the
+// node at index asked sees it (CLUSTER SLOTS), or "" if no master does.
+func (c *Cluster) SlotMaster(ctx context.Context, asked, slot int) (string, error) {
+	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[asked].Addr(), MaxRetries: -1, PoolSize: 1})
+	defer cl.Close()
+	slots, err := cl.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, s := range slots {
+		if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
+			return s.Nodes[0].Addr, nil
+		}
+	}
+	return "", nil
 }
 
 func (c *Cluster) logTails() string {

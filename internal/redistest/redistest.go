@@ -78,6 +78,13 @@ func WithArgs(args ...string) Option {
 	return func(o *options) { o.args = append(o.args, args...) }
 }
 
+// AsClusterNode runs the server with cluster mode on (and a cluster bus
+// port of its own), for tests that build a cluster by hand, e.g. one node
+// holding every slot behind WithArgs("--cluster-announce-port", ...).
+func AsClusterNode() Option {
+	return func(o *options) { o.cluster = true }
+}
+
 // Server is one redis-server process owned by a test.
 type Server struct {
 	opts    options

@@ -45,9 +45,11 @@ local function permits_of(member)
   return tonumber(string.match(member, '^%d+%.(%d+)%.')) or 0
 end
 
--- Expired leases go; the rest are the permits held.
+-- Expired leases go; the rest are the permits held. held_before is the
+-- count as stored (nil when missing), so a purge is written back too.
 local count = KEYS[5]
 local held = tonumber(redis.call('GET', count))
+local held_before = held
 local freed = false
 if held then
   local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
@@ -64,7 +66,6 @@ else
     held = held + permits_of(id)
   end
 end
-local held_before = held
 local function free()
   return math.max(0, limit - held)
 end
@@ -192,7 +193,7 @@ if changed_leases or freed then expire(leases) end
 -- The count lives exactly as long as the leases it sums.
 if held <= 0 or redis.call('EXISTS', leases) == 0 then
   redis.call('DEL', count)
-elseif held ~= held_before or changed_leases or redis.call('EXISTS', count) == 0 then
+elseif held ~= held_before or changed_leases then
   redis.call('SET', count, held)
   expire(count, leases)
 end

@@ -14,8 +14,9 @@
 -- ARGV[4]  ttl_ms of the limiter (0 = no TTL)
 -- ARGV[5..] field, value, ... of the config (everything but epoch; a
 --          follower's also carries 'gen', shard 0's generation)
--- Reply: {changed (1|0), epoch in force, shard count before (0 = none),
---         gen in force ('0' = none)}
+-- Reply: {changed (1|0; -1 = refused: KEEPSTATE on a concurrency limiter
+--         whose shard count or mode would change), epoch in force, shard
+--         count before (0 = none), gen in force ('0' = none)}
 --
 -- The generation: shard 0 stores gen = max(TIME in microseconds, old gen
 -- + 1) whenever its config changes, so gens only grow. A follower takes
@@ -94,6 +95,14 @@ local function nlimits(v)
   local n = 1
   for _ in string.gmatch(v or '', ',?[^,]+') do n = n + 1 end
   return n
+end
+-- A semaphore's leases are held per sub-limiter (their ids name the
+-- shard) and per client under PER_CLIENT: under another shard count or
+-- mode they would be forgotten and the new config over-admit, so
+-- KEEPSTATE is refused rather than dropping them quietly.
+if ARGV[2] == '1' and cur.algo == 'concurrency' and new.algo == 'concurrency'
+    and (cur.shards ~= new.shards or cur.mode ~= new.mode) then
+  return {-1, cur.epoch, tonumber(cur.shards), cur.gen or '0'}
 end
 if ARGV[2] == '1' and cur.epoch and cur.algo == new.algo and cur.mode == new.mode
     and cur.shards == new.shards and nlimits(cur.limits) == nlimits(new.limits) then
