@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -71,6 +72,16 @@ func TestDashboardMetricsExist(t *testing.T) {
 	h := start(t, func(c *config.Config) { c.MetricsListen = "127.0.0.1:0" })
 	h.Do(t, "RL.SETRATE", "d", 1, "1m").Equal(int64(1))
 	h.Do(t, "RL.ACQUIRE", "d").Granted(0)
+	// Per-policy series exist once a policy has decided something. (Until
+	// RL.POLICY is merged it is an unknown command.)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if err := h.conn.d.Do(ctx, "RL.POLICY", "SET", "dash:*", 1, "1m").Err(); err == nil {
+		h.Do(t, "RL.ACQUIRE", "dash:1").Granted(0)
+		h.Do(t, "RL.ACQUIRE", "dash:1").Denied(0)
+	} else if !strings.HasPrefix(err.Error(), "ERR unknown command") {
+		t.Fatalf("RL.POLICY SET: %v", err)
+	}
 	resp, err := http.Get("http://" + h.proxy.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
