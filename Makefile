@@ -57,3 +57,10 @@ bench: deps
 .PHONY: chart-algorithms
 chart-algorithms:
 	$(GO) run ./cmd/rlviz -out docs/algorithms.svg
+
+# The README's picture of the Grafana dashboard (docs/grafana/rlproxy.json):
+# its queries plotted from a 45 s load on a throwaway redis-server, which
+# is paused for 3 s. See cmd/rlviz (dashboard.go).
+.PHONY: chart-dashboard
+chart-dashboard:
+	$(GO) run ./cmd/rlviz -dashboard docs/grafana/rlproxy.json -out docs/grafana/dashboard.png

@@ -151,6 +151,13 @@ type Config struct {
 	// every connection is closed. Must be > 0. Defaults to 5s.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
 
+	// (Optional) On SIGTERM / SIGINT, how long /readyz answers 503
+	// (draining) while clients are still served, before the listeners
+	// close: time for a load balancer to stop sending new clients. Only
+	// when metrics_listen serves /readyz; it is part of shutdown_timeout,
+	// so it must be >= 0 and < shutdown_timeout. Defaults to 1s.
+	ShutdownReadyDelay time.Duration `mapstructure:"shutdown_ready_delay"`
+
 	// (Optional) How long a connection polls its socket for a reply (or a
 	// client's next request) before sleeping, when the proxy is otherwise
 	// idle: it spares a thread wake-up per hop at light load, for CPU that
@@ -183,8 +190,9 @@ type Config struct {
 	// (Optional) Log line format: "text" or "json". Defaults to "text".
 	LogFormat string `mapstructure:"log_format"`
 
-	// (Optional) Address serving Prometheus metrics at /metrics, for example
-	// "127.0.0.1:9121". Empty disables the metrics endpoint. Defaults to "".
+	// (Optional) Address serving Prometheus metrics at /metrics and the
+	// health checks /healthz and /readyz, for example "127.0.0.1:9121".
+	// Empty disables all three. Defaults to "".
 	MetricsListen string `mapstructure:"metrics_listen"`
 }
 
@@ -225,6 +233,8 @@ func Default() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		MetricsListen:   "",
+
+		ShutdownReadyDelay: time.Second,
 	}
 }
 
@@ -304,6 +314,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown_timeout must be > 0 (got %q)", c.ShutdownTimeout.String())
+	}
+	if c.ShutdownReadyDelay < 0 || (c.ShutdownTimeout > 0 && c.ShutdownReadyDelay >= c.ShutdownTimeout) {
+		bad("shutdown_ready_delay must be >= 0 and less than shutdown_timeout %s (got %q)", c.ShutdownTimeout, c.ShutdownReadyDelay.String())
 	}
 	if c.BusyPoll < 0 || c.BusyPoll > 10*time.Millisecond {
 		bad("busy_poll must be between 0 and 10ms (got %q)", c.BusyPoll.String())

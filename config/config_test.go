@@ -382,6 +382,8 @@ func TestValidate(t *testing.T) {
 		{"backend_timeout 0", func(c *Config) { c.BackendTimeout = 0 }, `config: backend_timeout must be > 0 (got "0s")`},
 		{"breaker_cooldown negative", func(c *Config) { c.BreakerCooldown = -time.Second }, `config: breaker_cooldown must be > 0 (got "-1s")`},
 		{"pool_size -1", func(c *Config) { c.PoolSize = -1 }, "config: pool_size must be >= 0 (got -1)"},
+		{"shutdown_ready_delay negative", func(c *Config) { c.ShutdownReadyDelay = -time.Second }, `config: shutdown_ready_delay must be >= 0 and less than shutdown_timeout 5s (got "-1s")`},
+		{"shutdown_ready_delay past the timeout", func(c *Config) { c.ShutdownReadyDelay = 5 * time.Second }, `config: shutdown_ready_delay must be >= 0 and less than shutdown_timeout 5s (got "5s")`},
 		{"busy_poll negative", func(c *Config) { c.BusyPoll = -time.Microsecond }, `config: busy_poll must be between 0 and 10ms (got "-1µs")`},
 		{"busy_poll too long", func(c *Config) { c.BusyPoll = time.Second }, `config: busy_poll must be between 0 and 10ms (got "1s")`},
 		{"max_waiters 0", func(c *Config) { c.MaxWaiters = 0 }, "config: max_waiters must be > 0 (got 0)"},

@@ -64,13 +64,28 @@ func load(args []string, stderr io.Writer, reload bool) (Config, error) {
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("config: unexpected argument %q: settings are given as --flags (see --help)", fs.Arg(0))
 	}
-
-	v := viper.New()
-
+	if file, _ := fs.GetString("check-config"); file != "" {
+		if fs.Changed("config") {
+			return Config{}, errors.New("config: --check-config names the file to check: leave out --config")
+		}
+		c, err := build(fs, file, false)
+		return Config{}, check(c, err)
+	}
 	path, _ := fs.GetString("config")
 	if env := os.Getenv(envPrefix + "_CONFIG"); env != "" {
 		path = env
 	}
+	c, err := build(fs, path, reload)
+	if err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// build makes the Config from the flags in fs, the file at path (if
+// any), and the environment, and validates it.
+func build(fs *pflag.FlagSet, path string, reload bool) (Config, error) {
+	v := viper.New()
 	if path != "" {
 		if err := readFile(v, path); err != nil {
 			return Config{}, err
@@ -98,7 +113,7 @@ func load(args []string, stderr io.Writer, reload bool) (Config, error) {
 	fs.Visit(func(f *pflag.Flag) {
 		key := flagKey(f.Name)
 		if !slices.Contains(keys(), key) {
-			return // --config, --help, --version
+			return // --config, --check-config, --help, --version
 		}
 		if os.Getenv(envName(key)) != "" {
 			return
@@ -120,10 +135,7 @@ func load(args []string, stderr io.Writer, reload bool) (Config, error) {
 		c.Users = nil // "users: []" equals an absent key
 	}
 
-	if err := c.Validate(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
+	return c, c.Validate() // c too: --check-config parses its TLS files
 }
 
 // readFile loads the YAML file at path into v and rejects keys Config does
@@ -229,7 +241,7 @@ func cleanList(list []string) []string {
 	return out
 }
 
-// newFlagSet defines --config, --help, --version and one flag per key, with
+// newFlagSet defines --config, --check-config, --help, --version and one flag per key, with
 // Default() values as the defaults shown by --help.
 func newFlagSet() *pflag.FlagSet {
 	d := Default()
@@ -263,6 +275,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.Duration(flagName("backend_timeout"), d.BackendTimeout, "time limit of each backend dial, read and write (> 0)")
 	fs.Duration(flagName("breaker_cooldown"), d.BreakerCooldown, "how long a failed backend node is skipped before a probe call (> 0)")
 	fs.Duration(flagName("shutdown_timeout"), d.ShutdownTimeout, "how long SIGTERM/SIGINT may take to drain waiting clients and requests in flight (> 0)")
+	fs.Duration(flagName("shutdown_ready_delay"), d.ShutdownReadyDelay, "on SIGTERM/SIGINT, how long /readyz answers 503 while clients are still served, before the listeners close (part of --shutdown-timeout; only with --metrics-listen)")
 	fs.Duration(flagName("busy_poll"), d.BusyPoll, "how long an otherwise idle proxy polls a socket before sleeping (0 = never)")
 	fs.Int(flagName("pool_size"), d.PoolSize, "connections per backend node (0: go-redis default, 10 per CPU)")
 	fs.Bool(flagName("deny_cache"), d.DenyCache, "answer denials locally until their retry_after (disable with --deny-cache=false)")
@@ -271,6 +284,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.String(flagName("log_level"), d.LogLevel, "minimum log `level`: debug, info, warn or error")
 	fs.String(flagName("log_format"), d.LogFormat, "log `format`: text or json")
 	fs.String(flagName("metrics_listen"), d.MetricsListen, "`address` serving Prometheus /metrics, e.g. 127.0.0.1:9121 (empty: off)")
+	fs.String("check-config", "", "check the config `file` (with the other flags and RLPROXY_* variables, as rlproxy would read it; users, TLS files) without starting: prints ok or one line per problem, exits 0 or 1")
 	fs.BoolP("help", "h", false, "print this help and exit")
 	fs.Bool("version", false, "print the version and exit")
 	return fs

@@ -6,6 +6,7 @@
 //	rlproxy --config rlproxy.yaml
 //	rlproxy --backend redis://127.0.0.1:6379 --backend redis://127.0.0.1:6381
 //	rlproxy --cluster redis://127.0.0.1:7000
+//	rlproxy --check-config rlproxy.yaml      # prints ok, or one line per problem; exits 0 or 1
 //
 // rlproxy --help lists every option.
 package main
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -48,7 +50,17 @@ func defaultGC(env string) {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(args, stderr)
+	var checked *config.Checked
 	switch {
+	case errors.As(err, &checked): // --check-config
+		if len(checked.Problems) == 0 {
+			fmt.Fprintln(stdout, "ok")
+			return 0
+		}
+		for _, problem := range checked.Problems {
+			fmt.Fprintln(stdout, problem)
+		}
+		return 1
 	case errors.Is(err, config.ErrHelp):
 		return 0
 	case errors.Is(err, config.ErrVersion):
@@ -71,21 +83,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rlproxy:", err)
 		return 1
 	}
-	attrs := []any{"addr", p.Addr(), "version", proxy.Version}
-	if !p.Embedded() { // the embedded backend has announced itself, once
-		attrs = append(attrs, "backends", describe(cfg))
-	}
-	if addr := p.TLSAddr(); addr != "" {
-		attrs = append(attrs, "tls_addr", addr)
-	}
-	log.Info("rlproxy listening", attrs...)
+	log.Info("rlproxy serving", serving(cfg, p)...)
 	for {
 		select {
 		case <-hup:
 			cfg = reload(args, cfg, p, level, log)
 		case <-ctx.Done():
 			stop() // a second signal ends the process at once
-			log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+			attrs := []any{"timeout", cfg.ShutdownTimeout}
+			if cfg.MetricsListen != "" {
+				attrs = append(attrs, "ready_delay", cfg.ShutdownReadyDelay) // /readyz is 503, clients still served
+			}
+			log.Info("shutting down", attrs...)
 			start := time.Now()
 			if err := p.Shutdown(cfg.ShutdownTimeout); err != nil {
 				log.Warn("shutdown", "err", err)
@@ -141,14 +150,49 @@ func reload(args []string, old config.Config, p *proxy.Proxy, level *slog.LevelV
 // oneLine joins the lines of a (joined) error.
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
-func describe(cfg config.Config) string {
-	switch {
-	case len(cfg.Cluster) > 0:
-		return fmt.Sprintf("cluster %v", cfg.Cluster)
-	case len(cfg.Backends) > 0:
-		return fmt.Sprintf("%d standalone node(s)", len(cfg.Backends))
+// serving is the start-up line's attributes: what this process serves,
+// so that one line of the log answers "what is running here".
+func serving(cfg config.Config, p *proxy.Proxy) []any {
+	tls, metrics := "off", "off"
+	if p.TLSAddr() != "" {
+		tls = p.TLSAddr()
 	}
-	return "embedded in-memory"
+	if p.MetricsAddr() != "" {
+		metrics = p.MetricsAddr() // with /healthz and /readyz
+	}
+	auth := "off"
+	if cfg.RequirePass != "" || len(cfg.Users) > 0 {
+		auth = "on"
+	}
+	return []any{
+		"listen", p.Addr(), "tls_listen", tls,
+		"backends", describe(cfg, p.Embedded()),
+		"auth", auth, "users", len(cfg.Users),
+		// Policies (count) and passthrough (on/off) belong here once
+		// config has their keys.
+		"metrics", metrics,
+		"version", proxy.Version,
+	}
+}
+
+// describe names the backends by address only: their URLs may hold passwords.
+func describe(cfg config.Config, embedded bool) string {
+	hosts := func(urls []string) string {
+		out := make([]string, len(urls))
+		for i, u := range urls {
+			if parsed, err := url.Parse(u); err == nil {
+				out[i] = parsed.Scheme + "://" + parsed.Host
+			}
+		}
+		return strings.Join(out, ",")
+	}
+	switch {
+	case embedded:
+		return "embedded in-memory"
+	case len(cfg.Cluster) > 0:
+		return "cluster seeds " + hosts(cfg.Cluster)
+	}
+	return fmt.Sprintf("%d standalone %s", len(cfg.Backends), hosts(cfg.Backends))
 }
 
 func newLogger(cfg config.Config, level *slog.LevelVar, w io.Writer) *slog.Logger {

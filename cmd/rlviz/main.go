@@ -14,6 +14,11 @@
 // The run uses real time and the backend's clock, so two runs differ in
 // detail (a request that arrives just as a permit frees up may go either
 // way), not in shape.
+//
+// rlviz -dashboard draws docs/grafana/dashboard.png instead: the Grafana
+// dashboard's own queries, plotted from a real run (see dashboard.go).
+//
+//	make chart-dashboard     # go run ./cmd/rlviz -dashboard docs/grafana/rlproxy.json -out docs/grafana/dashboard.png
 package main
 
 import (
@@ -99,9 +104,16 @@ func load() ([]time.Duration, []phase) {
 }
 
 func main() {
-	out := flag.String("out", "docs/algorithms.svg", "SVG file to write")
+	out := flag.String("out", "docs/algorithms.svg", "SVG file to write (with -dashboard: the PNG)")
+	dashboard := flag.String("dashboard", "", "instead, plot this Grafana dashboard `file`'s queries from a real run, as a PNG")
 	flag.Parse()
-	if err := run(*out); err != nil {
+	var err error
+	if *dashboard != "" {
+		err = runDashboard(*dashboard, *out)
+	} else {
+		err = run(*out)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "rlviz:", err)
 		os.Exit(1)
 	}
@@ -114,7 +126,7 @@ func run(out string) error {
 	cfg.Listen = "127.0.0.1:0"
 	backendName := "embedded in-memory backend"
 	if bin, err := exec.LookPath("redis-server"); err == nil {
-		url, kill, err := startRedis(ctx, bin)
+		url, _, kill, err := startRedis(ctx, bin)
 		if err != nil {
 			return err
 		}
@@ -224,27 +236,27 @@ func drive(ctx context.Context, c *redis.Client, key string, s *series, start ti
 }
 
 // startRedis starts a throwaway redis-server (no persistence) on a free
-// loopback port and returns its URL and a func that stops it.
-func startRedis(ctx context.Context, bin string) (string, func(), error) {
+// loopback port and returns its URL, its process and a func that stops it.
+func startRedis(ctx context.Context, bin string) (string, *exec.Cmd, func(), error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
 	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", os.TempDir())
 	if err := cmd.Start(); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	kill := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port})
 	defer c.Close()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if err := c.Ping(ctx).Err(); err == nil {
-			return "redis://127.0.0.1:" + port, kill, nil
+			return "redis://127.0.0.1:" + port, cmd, kill, nil
 		} else if time.Now().After(deadline) || ctx.Err() != nil {
 			kill()
-			return "", nil, fmt.Errorf("redis-server on port %s did not answer: %w", port, err)
+			return "", nil, nil, fmt.Errorf("redis-server on port %s did not answer: %w", port, err)
 		}
 	}
 }

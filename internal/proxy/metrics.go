@@ -11,14 +11,15 @@ import (
 	"github.com/rlproxy/rlproxy/backend"
 )
 
-// metrics serves Prometheus metrics: the stats table (stats.go), which
-// INFO reads too, and each backend node's backend.Stats.
+// metrics serves Prometheus metrics — the stats table (stats.go), which
+// INFO reads too, and each backend node's backend.Stats — and the health
+// checks (health.go).
 type metrics struct {
 	srv *http.Server
 	ln  net.Listener
 }
 
-func startMetrics(addr string, pool *backend.Pool, table []stat) (*metrics, error) {
+func startMetrics(addr string, pool *backend.Pool, table []stat, h *health) (*metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(statCollectors(table)...)
@@ -39,6 +40,14 @@ func startMetrics(addr string, pool *backend.Pool, table []stat) (*metrics, erro
 			}),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "rlproxy", Name: "backend_avg_latency_seconds",
 				Help: "Average latency of calls to a backend node.", ConstLabels: labels}, func() float64 { return stats().AvgLatency.Seconds() }),
+			// The mean since start times the calls: the time spent, which
+			// rate() over a window divides by the calls' rate, so a
+			// dashboard shows the mean latency of that window.
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rlproxy", Name: "backend_call_seconds_total",
+				Help: "Time spent in calls to a backend node (script calls and their pipelines).", ConstLabels: labels}, func() float64 {
+				s := stats()
+				return s.AvgLatency.Seconds() * float64(s.Calls)
+			}),
 		)
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -47,6 +56,7 @@ func startMetrics(addr string, pool *backend.Pool, table []stat) (*metrics, erro
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	h.handle(mux)
 	m := &metrics{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
 	go m.srv.Serve(ln) //nolint:errcheck // returns ErrServerClosed on close
 

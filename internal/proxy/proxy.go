@@ -32,7 +32,10 @@ type Proxy struct {
 	leases   *lease.Service
 	server   *server.Server
 	metrics  *metrics
+	health   *health
 	done     chan error
+
+	readyDelay time.Duration // /readyz is 503 this long before a shutdown closes the listeners
 
 	closeOnce sync.Once
 
@@ -77,9 +80,11 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		pool.Close()
 		return nil, err
 	}
-	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, cfg: cfg, reloads: reloads, done: make(chan error, 1)}
+	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, cfg: cfg, reloads: reloads, done: make(chan error, 1),
+		health: &health{nodes: pool.Nodes(), scripts: scripts.All(), timeout: cfg.BackendTimeout}}
 	if cfg.MetricsListen != "" {
-		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats); err != nil {
+		p.readyDelay = cfg.ShutdownReadyDelay
+		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats, p.health); err != nil {
 			srv.Close()
 			pool.Close()
 			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
@@ -122,13 +127,21 @@ func (p *Proxy) Close() error {
 	return p.closeRest(err)
 }
 
-// Shutdown stops serving gracefully (SIGTERM): it stops accepting,
-// answers every waiting client "ERR rlproxy is shutting down" after
-// giving its booked permits back, lets the requests in flight finish
-// for up to timeout, then closes the connections and the backends.
+// Shutdown stops serving gracefully (SIGTERM): /readyz answers 503 at
+// once, clients are still served for shutdown_ready_delay (when /readyz
+// is served: time for a load balancer to see it and send new clients
+// elsewhere), then it stops accepting, answers every waiting client "ERR
+// rlproxy is shutting down" after giving its booked permits back, lets
+// the requests in flight finish until timeout (counted from the call),
+// and closes the connections and the backends.
 func (p *Proxy) Shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	p.health.draining.Store(true)
+	select {
+	case <-time.After(p.readyDelay):
+	case <-ctx.Done():
+	}
 	err := p.server.Shutdown(ctx)
 	return p.closeRest(err)
 }
