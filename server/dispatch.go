@@ -11,20 +11,22 @@ import (
 )
 
 // handle runs the commands a client sent together (one pipeline, as far
-// as it has been read) and writes their replies in order; redcon flushes
-// once per pipeline. A command with a Batch handler (RL.ACQUIRE) always
-// goes through it (callBatch): a run of neighbouring calls of it at once,
-// so they can share backend calls instead of paying one round trip each;
-// a lone call as a batch of one whose reply is written by whichever
-// goroutine decides it, so the connection goes back to reading at once.
-// That spares a sleep and a wake-up per request — most of a request's
-// cost beyond its socket I/O when clients do not pipeline. The next
-// command of this client waits for that reply to be out (c.pending).
+// as it has been read); their replies go out in order through the
+// client's reply queue (replies.go), in one write when they are decided
+// at once. A command with a Batch handler (RL.ACQUIRE) always goes
+// through it (callBatch): a run of neighbouring calls of it at once, so
+// they can share backend calls instead of paying one round trip each;
+// their slots are filled by whichever goroutine decides them, so the
+// connection goes back to reading at once. That spares a sleep and a
+// wake-up per request — most of a request's cost beyond its socket I/O
+// when clients do not pipeline. A client's commands still run in order:
+// a command waits until the ones before it are decided.
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	c := conn.Context().(*client)
 	s.drain.busy.Add(1)
-	c.pending.Wait() // replies go out in order
+	defer s.drain.busy.Add(-1)
 	s.opts.Poller.Begin()
+	defer s.opts.Poller.End()
 	c.cmds = append(append(c.cmds[:0], cmd), conn.ReadPipeline()...)
 	calls := c.calls[:0]
 	for _, cmd := range c.cmds {
@@ -36,30 +38,14 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		clear(c.cmds) // no reference into redcon's buffer outlives the call
 		clear(c.calls)
 	}()
-	if len(calls) == 1 {
-		if cmd := s.batchable(c, calls[0]); cmd != nil {
-			c.pending.Add(1)
-			c.inflight.Add(1)
-			s.callBatch(c, cmd, calls, func(_ int, v any) {
-				// c.buf is free: handle waits for this reply before using it.
-				c.buf = appendReply(c.buf[:0], v, c.proto)
-				// A write error means the client is gone: its reader sees it too.
-				c.conn.Write(c.buf) //nolint:errcheck
-				s.opts.Poller.End()
-				c.inflight.Add(-1)
-				c.pending.Done()
-				s.drain.busy.Add(-1)
-			})
-			return // its reply ends the request when it goes out
-		}
-	}
-	defer s.drain.busy.Add(-1)
-	defer s.opts.Poller.End()
-	c.buf = c.buf[:0]
+	q := c.replies
+	q.waitFilled()
+	q.hold()
 	for i := 0; i < len(calls) && !c.quit; {
 		cmd := s.batchable(c, calls[i])
 		if cmd == nil {
-			c.buf = appendReply(c.buf, s.call(c, calls[i]), c.proto)
+			q.waitFilled()
+			q.add(s.call(c, calls[i]), c.proto)
 			i++
 			continue
 		}
@@ -67,18 +53,21 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		for j < len(calls) && s.batchable(c, calls[j]) == cmd {
 			j++
 		}
-		replies := make([]any, j-i)
-		var wg sync.WaitGroup
-		wg.Add(j - i)
-		s.callBatch(c, cmd, calls[i:j], func(k int, v any) { replies[k] = v; wg.Done() })
-		wg.Wait()
-		for _, reply := range replies {
-			c.buf = appendReply(c.buf, reply, c.proto)
+		s.drain.busy.Add(int64(j - i))
+		first := q.reserve(j-i, c.proto)
+		for range j - i {
+			s.opts.Poller.Begin()
 		}
+		s.callBatch(c, cmd, calls[i:j], func(k int, v any) {
+			q.fill(first+uint64(k), v)
+			s.opts.Poller.End()
+			s.drain.busy.Add(-1)
+		})
 		i = j
 	}
-	s.writeReplies(conn, c)
+	q.release()
 	if c.quit {
+		q.waitWritten()
 		conn.Close()
 	}
 }
