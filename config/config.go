@@ -177,6 +177,22 @@ type Config struct {
 	// (Optional) Address serving Prometheus metrics at /metrics, for example
 	// "127.0.0.1:9121". Empty disables the metrics endpoint. Defaults to "".
 	MetricsListen string `mapstructure:"metrics_listen"`
+
+	// (Optional) Gateway passthrough: forward every command rlproxy does
+	// not own to Redis and relay its reply unchanged, so an application
+	// uses Redis and the RL.* commands through one URL. Defaults to false.
+	Passthrough bool `mapstructure:"passthrough"`
+
+	// (Optional) redis:// or rediss:// URL of the Redis passthrough
+	// forwards to. Empty means the first of backends (or the embedded
+	// backend). Defaults to "".
+	PassthroughBackend string `mapstructure:"passthrough_backend"`
+
+	// (Optional) Most backend connections pinned to clients at once
+	// (MULTI, blocking commands, Pub/Sub, SELECT, CLIENT TRACKING); one
+	// more is answered "ERR max number of pinned connections reached".
+	// Must be > 0. Defaults to 1000.
+	PassthroughMaxPinned int `mapstructure:"passthrough_max_pinned"`
 }
 
 // Default returns the configuration used for every key that no file,
@@ -213,6 +229,10 @@ func Default() Config {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		MetricsListen:   "",
+
+		Passthrough:          false,
+		PassthroughBackend:   "",
+		PassthroughMaxPinned: 1000,
 	}
 }
 
@@ -304,6 +324,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWaiters <= 0 {
 		bad("max_waiters must be > 0 (got %d)", c.MaxWaiters)
+	}
+	if c.PassthroughMaxPinned <= 0 {
+		bad("passthrough_max_pinned must be > 0 (got %d)", c.PassthroughMaxPinned)
+	}
+	if c.PassthroughBackend != "" {
+		errs = append(errs, checkURLs("passthrough_backend", []string{c.PassthroughBackend}, false)...)
+	}
+	if c.Passthrough && len(c.Cluster) > 0 && c.PassthroughBackend == "" {
+		bad("passthrough with cluster needs passthrough_backend (routing by key slot is not built yet)")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -32,6 +32,7 @@ type client struct {
 	quit     bool
 	tracking string           // CLIENT TRACKING: "" (off), "on", "optin" or "optout"
 	replies  *replies         // its replies, in order (replies.go)
+	fwd      Session          // passthrough session (forward.go), under mu; nil until used
 	cmds     []redcon.Command // the pipeline being answered, reused
 	calls    [][]string       // its arguments, reused
 	ctx      context.Context
@@ -114,6 +115,7 @@ func (s *Server) closed(conn redcon.Conn, err error) {
 		return
 	}
 	c.cancel()
+	c.endSession()
 	s.mu.Lock()
 	delete(s.clients, c.id)
 	s.mu.Unlock()

@@ -39,22 +39,31 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		clear(c.calls)
 	}()
 	q := c.replies
-	q.waitFilled()
 	q.hold()
 	for i := 0; i < len(calls) && !c.quit; {
+		if s.forwards(c, calls[i]) {
+			j := i + 1
+			for j < len(calls) && s.forwards(c, calls[j]) {
+				j++
+			}
+			q.waitUnforwarded()
+			s.forward(c, calls[i:j])
+			i = j
+			continue
+		}
+		q.waitFilled() // a client's commands run in order
 		cmd := s.batchable(c, calls[i])
 		if cmd == nil {
-			q.waitFilled()
 			q.add(s.call(c, calls[i]), c.proto)
 			i++
 			continue
 		}
 		j := i + 1
-		for j < len(calls) && s.batchable(c, calls[j]) == cmd {
+		for j < len(calls) && s.batchable(c, calls[j]) == cmd && !s.forwards(c, calls[j]) {
 			j++
 		}
 		s.drain.busy.Add(int64(j - i))
-		first := q.reserve(j-i, c.proto)
+		first := q.reserve(j-i, c.proto, false)
 		for range j - i {
 			s.opts.Poller.Begin()
 		}
@@ -97,7 +106,8 @@ func argStrings(args [][]byte) []string {
 // its error.
 func (s *Server) batchable(c *client, args []string) *commands.Command {
 	cmd := s.table.Lookup(args[0])
-	if cmd == nil || cmd.Batch == nil || !c.authed || !cmd.ArityOK(len(args)) || s.permit(c, cmd, nil, args) != nil {
+	if cmd == nil || cmd.Batch == nil || !c.authed || !cmd.ArityOK(len(args)) || s.permit(c, cmd, nil, args) != nil ||
+		c.inSession(Session.InMulti) {
 		return nil
 	}
 	return cmd
@@ -154,6 +164,10 @@ func (s *Server) call(c *client, args []string) (reply any) {
 	}
 	if !c.authed && !noAuthNeeded[cmd.Name] {
 		return errNoAuth
+	}
+	if !s.own[cmd.Name] && c.inSession(Session.InMulti) {
+		s.session(c).Abort() // EXEC answers EXECABORT, as Redis after a refused command
+		return fmt.Errorf("%s is not allowed inside MULTI", strings.ToUpper(args[0]))
 	}
 	if !cmd.ArityOK(len(args)) {
 		return commands.ArityError(args[0])

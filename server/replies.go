@@ -26,13 +26,15 @@ type replies struct {
 	slots   []slot // after out, in order; slots[0] is not filled
 	first   uint64 // the sequence number of slots[0]
 	open    int    // reserved slots not yet filled
+	openFwd int    // of which forwarded commands' (passthrough)
 	held    bool   // the reader is taking a pipeline
 	writing bool   // a goroutine is writing out
 }
 
 type slot struct {
 	b      []byte
-	proto  int // the client's protocol when its command came
+	proto  int  // the client's protocol when its command came
+	fwd    bool // a forwarded command's
 	filled bool
 }
 
@@ -69,16 +71,29 @@ func (q *replies) add(v any, proto int) {
 }
 
 // reserve queues n slots for replies decided later and returns the
-// sequence number of the first (the others follow it).
-func (q *replies) reserve(n, proto int) uint64 {
+// sequence number of the first (the others follow it). fwd marks
+// forwarded commands', which the gateway keeps in order by itself.
+func (q *replies) reserve(n, proto int, fwd bool) uint64 {
 	q.mu.Lock()
 	seq := q.first + uint64(len(q.slots))
 	for range n {
-		q.slots = append(q.slots, slot{proto: proto})
+		q.slots = append(q.slots, slot{proto: proto, fwd: fwd})
 	}
 	q.open += n
+	if fwd {
+		q.openFwd += n
+	}
 	q.mu.Unlock()
 	return seq
+}
+
+// push queues a frame the backend sent by itself (a Pub/Sub message)
+// after the replies before it, and writes what is ready.
+func (q *replies) push(frame []byte) {
+	q.add(rawFrame(frame), 0)
+	q.mu.Lock()
+	q.flush()
+	q.mu.Unlock()
 }
 
 // fill answers a reserved slot, at most once, and writes the ready head
@@ -92,6 +107,9 @@ func (q *replies) fill(seq uint64, v any) {
 	}
 	q.open--
 	s := &q.slots[i]
+	if s.fwd {
+		q.openFwd--
+	}
 	if i == 0 {
 		q.out = appendReply(q.out, v, s.proto)
 		q.slots[0] = slot{}
@@ -133,6 +151,16 @@ func (q *replies) flush() {
 func (q *replies) waitFilled() {
 	q.mu.Lock()
 	for q.open > 0 {
+		q.changed.Wait()
+	}
+	q.mu.Unlock()
+}
+
+// waitUnforwarded returns once every reserved slot but forwarded
+// commands' is filled.
+func (q *replies) waitUnforwarded() {
+	q.mu.Lock()
+	for q.open > q.openFwd {
 		q.changed.Wait()
 	}
 	q.mu.Unlock()
