@@ -20,6 +20,9 @@ import (
 type Options struct {
 	// KeyPrefix starts every key rlproxy writes.
 	KeyPrefix string
+	// NativeCellKeys keeps GCRA / CL.THROTTLE / RL.THROTTLE state in the
+	// key as named, without the prefix (passthrough).
+	NativeCellKeys bool
 	// MaxProbes is how many other shards a denied request tries.
 	MaxProbes int
 	// OnBackendError is what an acquire answers when the backend it needs
@@ -70,7 +73,7 @@ const maxGather = time.Millisecond
 func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 	l := &Limiters{
 		pool:    pool,
-		keys:    limiter.Keys{Prefix: o.KeyPrefix},
+		keys:    limiter.Keys{Prefix: o.KeyPrefix, NativeCell: o.NativeCellKeys},
 		scripts: scripts,
 		closing: make(chan struct{}),
 	}
@@ -261,7 +264,7 @@ func (l *Limiters) Throttle(ctx context.Context, r ThrottleRequest) ([5]int64, e
 	node := l.nodes(r.Key, 1)[0]
 	v, err := node.Eval(ctx, l.scripts.Cell, []string{l.keys.Cell(r.Key)}, limiter.CellArgs(r.MaxBurst, r.Count, r.Period, r.Quantity)...)
 	if err != nil {
-		return [5]int64{}, err
+		return [5]int64{}, cellError(err)
 	}
 	return limiter.DecodeCell(v)
 }

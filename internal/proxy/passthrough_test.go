@@ -375,3 +375,26 @@ func TestPassthroughOff(t *testing.T) {
 	h.Do(t, "GET", "k").ErrContains("unknown command 'GET'")
 	h.Do(t, "SELECT", "1").Err("ERR DB index is out of range")
 }
+
+// TestPassthroughNativeCellKeys: with passthrough on, GCRA, CL.THROTTLE
+// and RL.THROTTLE keep their state in the key as named, as Redis 8.8 and
+// redis-cell do.
+func TestPassthroughNativeCellKeys(t *testing.T) {
+	h := start(t, passthroughOn)
+	for _, cmd := range []string{"CL.THROTTLE", "RL.THROTTLE", "GCRA"} {
+		k := "native:" + cmd
+		first := h.Do(t, cmd, k, 1, 10, 60).OK().([]any)
+		h.Do(t, cmd, k, 1, 10, 60)
+		h.Do(t, "EXISTS", k).Equal(int64(1))
+		if ttl := h.Do(t, "PTTL", k).Int(); ttl <= 0 {
+			t.Fatalf("%s: PTTL %s = %d, want the state's TTL", cmd, k, ttl)
+		}
+		h.Do(t, "DEL", k).Equal(int64(1))
+		again := h.Do(t, cmd, k, 1, 10, 60).OK().([]any)
+		if again[2] != first[2] {
+			t.Fatalf("%s after DEL: remaining %v, want %v (a fresh limit)", cmd, again[2], first[2])
+		}
+		h.Do(t, "HSET", k+":hash", "f", "v").Equal(int64(1))
+		h.Do(t, cmd, k+":hash", 1, 10, 60).Err("WRONGTYPE Operation against a key holding the wrong kind of value")
+	}
+}
