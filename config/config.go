@@ -331,8 +331,8 @@ func (c Config) Validate() error {
 	if c.PassthroughBackend != "" {
 		errs = append(errs, checkURLs("passthrough_backend", []string{c.PassthroughBackend}, false)...)
 	}
-	if c.Passthrough && len(c.Cluster) > 0 && c.PassthroughBackend == "" {
-		bad("passthrough with cluster needs passthrough_backend (routing by key slot is not built yet)")
+	if c.Passthrough && len(c.Cluster) > 0 {
+		bad("passthrough does not support cluster yet (routing by key slot is not built)")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

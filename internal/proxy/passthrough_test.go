@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -396,5 +398,130 @@ func TestPassthroughNativeCellKeys(t *testing.T) {
 		}
 		h.Do(t, "HSET", k+":hash", "f", "v").Equal(int64(1))
 		h.Do(t, cmd, k+":hash", 1, 10, 60).Err("WRONGTYPE Operation against a key holding the wrong kind of value")
+	}
+}
+
+// TestPassthroughConnectionState: SELECT of another database pins the
+// client for good (RL.* unaffected); CLIENT TRACKING ON relays
+// invalidations as RESP3 pushes.
+func TestPassthroughConnectionState(t *testing.T) {
+	h := start(t, passthroughOn)
+	h.Do(t, "RL.SETRATE", "cs", 5, "1s").Equal(int64(1))
+	db := h.raw(t)
+	for _, step := range []struct{ args, want string }{
+		{"SELECT 0", "+OK"},
+		{"SELECT 3", "+OK"},
+		{"SET cs:x in3", "+OK"},
+		{"RL.AVAILABLE cs", ":5"},
+		{"SELECT 0", "+OK"},
+		{"GET cs:x", "$-1"},
+		{"SELECT 3", "+OK"},
+		{"GET cs:x", "$3"},
+	} {
+		if got := db.Call(strings.Fields(step.args)...); got != step.want {
+			t.Fatalf("%s = %q, want %q", step.args, got, step.want)
+		}
+	}
+	db.Line()
+	h.Do(t, "GET", "cs:x").Nil() // other clients stay on database 0
+	if n := pinned(t, h); n != "1" {
+		t.Fatalf("pinned_connections:%s after SELECT 3, want 1", n)
+	}
+
+	tr := h.raw(t)
+	tr.Send("HELLO", "3")
+	for line := tr.Line(); line != "*0"; line = tr.Line() {
+	}
+	for _, step := range []struct{ args, want string }{
+		{"CLIENT TRACKING ON", "+OK"},
+		{"SET cs:t 1", "+OK"},
+		{"GET cs:t", "$1"},
+	} {
+		if got := tr.Call(strings.Fields(step.args)...); got != step.want {
+			t.Fatalf("%s = %q, want %q", step.args, got, step.want)
+		}
+	}
+	tr.Line()
+	h.Do(t, "SET", "cs:t", "2").Equal("OK") // another client changes the key
+	for _, want := range []string{">2", "$10", "invalidate", "*1", "$4", "cs:t"} {
+		if got := tr.Line(); got != want {
+			t.Fatalf("invalidation: %q, want %q", got, want)
+		}
+	}
+	if got := tr.Call("CLIENT", "TRACKING", "OFF"); got != "+OK" {
+		t.Fatalf("CLIENT TRACKING OFF = %q", got)
+	}
+	db.c.Close()
+	waitUnpinned(t, h)
+}
+
+// TestPassthroughClients runs an application's session through the
+// gateway with redis-py and ioredis (RESP2 and RESP3), on a real Redis
+// and on the embedded backend (testdata/clients/*/gateway.*), and
+// redis-cli as a person types at it.
+func TestPassthroughClients(t *testing.T) {
+	node := nodeChecks(t)
+	python := pythonWithRedis(t)
+	for _, backend := range []string{"redis", "embedded"} {
+		t.Run(backend, func(t *testing.T) {
+			var h *harness
+			if backend == "redis" {
+				h = start(t, passthroughOn)
+			} else {
+				h = startProxy(t, nil, passthroughOn)
+			}
+			for i, s := range []struct {
+				name, dir string
+				cmd       []string
+			}{
+				{"redis-py", "python", []string{python, "gateway.py", h.port()}},
+				{"ioredis RESP2", "node", []string{node, "gateway.mjs", h.port(), "2"}},
+				{"ioredis RESP3", "node", []string{node, "gateway.mjs", h.port(), "3"}},
+			} {
+				t.Run(s.name, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+					defer cancel()
+					cmd := exec.CommandContext(ctx, s.cmd[0], append(s.cmd[1:], fmt.Sprintf("g%d:", i))...)
+					cmd.Dir = filepath.Join("testdata", "clients", s.dir)
+					out, err := cmd.CombinedOutput()
+					if err != nil || !strings.Contains(string(out), "ok gateway session") {
+						t.Fatalf("%s: %v\n%s", strings.Join(s.cmd, " "), err, out)
+					}
+				})
+			}
+			t.Run("redis-cli", func(t *testing.T) {
+				stdin := "SET cli:a 1\nGET cli:a\nRL.SETRATE cli 1 1h\nRL.ACQUIRE cli\nHSET cli:h f v\nHGETALL cli:h\nGET rl:x\nMONITOR\nECHO done\n"
+				out := h.run(t, "redis-cli", stdin, "--no-raw")
+				want := "OK\n\"1\"\n(integer) 1\n1) (integer) 1\n2) (integer) 0\n3) (integer) 0\n4) (integer) 3600000\n(integer) 1\n1) \"f\"\n2) \"v\"\n" +
+					"(error) NOPERM No permissions to access a key\n(error) ERR 'monitor' is not supported by rlproxy\n\"done\"\n"
+				if out != want {
+					t.Fatalf("redis-cli printed:\n%s\nwant:\n%s", out, want)
+				}
+				// SUBSCRIBE, as redis-cli shows it, until a message comes.
+				sub := exec.Command(redistest.LookPath(t, "redis-cli"), "-p", h.port(), "SUBSCRIBE", "cli:chan")
+				var got strings.Builder
+				sub.Stdout = &got
+				if err := sub.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer sub.Process.Kill()
+				if err := eventually(5*time.Second, func() error {
+					if n := h.Do(t, "PUBLISH", "cli:chan", "hi").Int(); n != 1 {
+						return fmt.Errorf("PUBLISH reached %d subscribers", n)
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if err := eventually(5*time.Second, func() error {
+					if !strings.Contains(got.String(), "message\ncli:chan\nhi\n") {
+						return fmt.Errorf("redis-cli SUBSCRIBE printed %q", got.String())
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
 	}
 }
