@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlproxy/rlproxy/internal/busypoll"
 )
 
 // reply receives one command's reply: the frame as the backend sent it,
@@ -22,6 +25,7 @@ type reply func(frame []byte, err error)
 // confirmation frame per channel: confirms counts them down, and the
 // frames are relayed together as its reply.
 type waiter struct {
+	s        *Session // whose command it is: flushed after a run of replies
 	reply    reply
 	confirms int
 	frames   []byte
@@ -60,6 +64,7 @@ type dialOptions struct {
 	db       int
 	tls      *tls.Config
 	timeout  time.Duration
+	poller   *busypoll.Poller
 }
 
 // dial connects and prepares a connection for protocol proto: HELLO 3
@@ -70,6 +75,7 @@ func dial(ctx context.Context, o dialOptions, proto int) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	nc = o.poller.Wrap(nc, 1) // polls for the reply of the one request in progress
 	if o.tls != nil {
 		tc := tls.Client(nc, o.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
@@ -161,24 +167,53 @@ func (c *conn) send(cmds [][]string, ws []*waiter) {
 	c.mu.Unlock()
 }
 
-// read hands each frame to the waiter at the head, in order.
+// read hands each frame to the waiter at the head, in order. Replies
+// are filled quietly and each client's are written once the frames read
+// so far are handed out (flushing), so a pipeline's replies go to the
+// client in one write.
 func (c *conn) read(r *bufio.Reader) {
 	defer close(c.done)
+	var got flushing
 	for {
 		f, err := readFrame(r)
 		if err != nil {
+			got.flush()
 			c.fail(err)
 			return
 		}
-		if !c.deliver(f) {
+		s, ok := c.deliver(f)
+		if !ok {
+			got.flush()
 			c.fail(errors.New("a reply nobody asked for"))
 			return
+		}
+		got.add(s)
+		if r.Buffered() == 0 {
+			got.flush()
 		}
 	}
 }
 
-// deliver gives a frame to its waiter, or to unasked.
-func (c *conn) deliver(f []byte) bool {
+// flushing are the sessions that got replies not yet written.
+type flushing []*Session
+
+func (f *flushing) add(s *Session) {
+	if s != nil && !slices.Contains(*f, s) {
+		*f = append(*f, s)
+	}
+}
+
+func (f *flushing) flush() {
+	for i, s := range *f {
+		s.flush()
+		(*f)[i] = nil
+	}
+	*f = (*f)[:0]
+}
+
+// deliver gives a frame to its waiter (and returns the waiter's
+// session), or to the owner's push.
+func (c *conn) deliver(f []byte) (*Session, bool) {
 	if s := c.owner.Load(); s != nil {
 		if kind, channel, push, ok := pubsubFrame(f); ok && (push || c.subscribed.Load()) {
 			switch kind {
@@ -192,35 +227,35 @@ func (c *conn) deliver(f []byte) bool {
 						c.waiters = c.waiters[1:]
 						c.mu.Unlock()
 						w.reply(w.frames, nil)
-						return true
+						return w.s, true
 					}
 					c.mu.Unlock()
-					return true
+					return nil, true
 				}
 				c.mu.Unlock()
 				s.push(f) // e.g. a shard channel's slot moved
-				return true
+				return nil, true
 			case "message", "pmessage", "smessage", "invalidate":
 				s.push(f)
-				return true
+				return nil, true
 			}
 			if push {
 				s.push(f)
-				return true
+				return nil, true
 			}
 		}
 	}
 	c.mu.Lock()
 	if len(c.waiters) == 0 {
 		c.mu.Unlock()
-		return false
+		return nil, false
 	}
 	w := c.waiters[0]
 	c.waiters[0] = nil
 	c.waiters = c.waiters[1:]
 	c.mu.Unlock()
 	w.reply(f, nil)
-	return true
+	return w.s, true
 }
 
 // fail ends the connection: every waiter is answered err.
@@ -235,9 +270,12 @@ func (c *conn) fail(err error) {
 	c.waiters = nil
 	c.mu.Unlock()
 	c.nc.Close()
+	var got flushing
 	for _, w := range ws {
 		w.reply(nil, c.err)
+		got.add(w.s)
 	}
+	got.flush()
 	if s := c.owner.Load(); s != nil {
 		s.pinBroken(c, len(ws) > 0)
 	}

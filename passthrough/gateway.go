@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/internal/busypoll"
 )
 
 // Options configure a Gateway.
@@ -44,6 +45,9 @@ type Options struct {
 	Conns int
 	// Timeout bounds dialing and a new connection's setup.
 	Timeout time.Duration
+	// Poller, when set, lets backend connections poll for replies at
+	// light load (package busypoll).
+	Poller *busypoll.Poller
 }
 
 // Stats are the gateway's counters.
@@ -90,7 +94,7 @@ func New(o Options) (*Gateway, error) {
 		tlsConf = u.TLSConfig
 	}
 	g := &Gateway{o: o, dial: dialOptions{addr: u.Addr, username: u.Username, password: u.Password,
-		db: u.DB, tls: tlsConf, timeout: o.Timeout}}
+		db: u.DB, tls: tlsConf, timeout: o.Timeout, poller: o.Poller}}
 	for p := range g.shared {
 		g.shared[p] = make([]*conn, o.Conns)
 	}

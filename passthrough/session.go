@@ -10,10 +10,11 @@ import (
 // commands go to (shared, or pinned to it while it holds connection
 // state) and that state.
 type Session struct {
-	g    *Gateway
-	id   uint64
-	push func(frame []byte) // relays a frame no command asked for
-	kill func()             // closes the client once its replies are out
+	g     *Gateway
+	id    uint64
+	push  func(frame []byte) // relays a frame no command asked for
+	flush func()             // writes the replies filled so far
+	kill  func()             // closes the client once its replies are out
 
 	mu      sync.Mutex
 	drained sync.Cond // out fell to 0
@@ -21,6 +22,7 @@ type Session struct {
 	out     int       // replies awaited from route
 	pin     *conn     // the connection pinned to this client, or nil
 	proto   int       // the pinned connection's protocol
+	shared  [2]*conn  // the shared connections it uses, by protocol
 
 	multi, aborted bool // in MULTI; a command was refused while queuing
 	watching       bool
@@ -32,10 +34,12 @@ type Session struct {
 
 // Open starts a client's session. push relays a frame the backend sent
 // by itself (a Pub/Sub message, an invalidation) after the replies
-// before it; kill closes the client's connection once its replies are
+// before it and writes what is ready; Forward's replies are written when
+// flush is called (after each run of replies read from a backend
+// connection); kill closes the client's connection once its replies are
 // written (its pinned backend connection broke).
-func (g *Gateway) Open(push func(frame []byte), kill func()) *Session {
-	s := &Session{g: g, id: g.sessions.Add(1), push: push, kill: kill}
+func (g *Gateway) Open(push func(frame []byte), flush, kill func()) *Session {
+	s := &Session{g: g, id: g.sessions.Add(1), push: push, flush: flush, kill: kill}
 	s.drained.L = &s.mu
 	return s
 }
@@ -91,7 +95,7 @@ func (b *batch) flush() {
 
 // Forward runs calls in order on the backend; reply(i, frame) gives
 // call i's reply frame exactly once, perhaps later and on another
-// goroutine.
+// goroutine, followed (soon) by a call of the session's flush.
 func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame []byte)) {
 	var b batch
 	defer b.flush()
@@ -228,9 +232,12 @@ func (s *Session) target(pin bool, proto int, b *batch) (*conn, error) {
 		s.pin, s.proto = p, proto
 		c = p
 	default:
-		var err error
-		if c, err = s.g.sharedConn(s.id, proto); err != nil {
-			return nil, err
+		if c = s.shared[proto-2]; c == nil || c.broken() {
+			var err error
+			if c, err = s.g.sharedConn(s.id, proto); err != nil {
+				return nil, err
+			}
+			s.shared[proto-2] = c
 		}
 	}
 	s.settle(b, c)
@@ -280,7 +287,7 @@ func (s *Session) needsPin() bool {
 // waiter answers call i and, once nothing is awaited and no state is
 // held, gives the pinned connection back.
 func (s *Session) waiter(i int, c *conn, st step, reply func(int, []byte)) *waiter {
-	w := &waiter{confirms: st.confirms}
+	w := &waiter{s: s, confirms: st.confirms}
 	w.reply = func(f []byte, err error) {
 		if err != nil {
 			s.g.errs.Add(1)

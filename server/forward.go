@@ -12,8 +12,9 @@ import (
 type Forwarder interface {
 	// Open starts a client's session. push relays a frame the backend
 	// sent by itself (a Pub/Sub message) after the replies before it;
-	// kill closes the client once its replies are out.
-	Open(push func(frame []byte), kill func()) Session
+	// flush writes the replies filled so far; kill closes the client once
+	// its replies are out.
+	Open(push func(frame []byte), flush, kill func()) Session
 	// Keys returns the keys a command names (for users' key patterns).
 	Keys(args []string) []string
 }
@@ -21,7 +22,8 @@ type Forwarder interface {
 // Session is one client's forwarding state.
 type Session interface {
 	// Forward runs calls in order; reply(i, frame) gives call i's reply
-	// as a RESP frame exactly once, perhaps later on another goroutine.
+	// as a RESP frame exactly once, perhaps later on another goroutine;
+	// the gateway calls flush after a run of them.
 	Forward(proto int, calls [][]string, reply func(i int, frame []byte))
 	// InMulti reports whether the client's MULTI is open.
 	InMulti() bool
@@ -47,7 +49,7 @@ func (s *Server) session(c *client) Session {
 	defer c.mu.Unlock()
 	if c.fwd == nil {
 		q := c.replies
-		c.fwd = s.opts.Forward.Open(q.push, func() {
+		c.fwd = s.opts.Forward.Open(q.push, q.write, func() {
 			go func() { // not on the backend connection's reader
 				q.waitWritten()
 				c.conn.Close()
@@ -161,8 +163,12 @@ func (s *Server) forward(c *client, calls [][]string) {
 		s.stats.commands.Add(int64(n))
 		s.drain.busy.Add(int64(n))
 		first := q.reserve(n, c.proto, true)
+		for range n {
+			s.opts.Poller.Begin()
+		}
 		fwd.Forward(c.proto, calls[:n], func(i int, frame []byte) {
-			q.fill(first+uint64(i), rawFrame(frame))
+			q.fillQuiet(first+uint64(i), rawFrame(frame))
+			s.opts.Poller.End()
 			s.drain.busy.Add(-1)
 		})
 		calls = calls[n:]

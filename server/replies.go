@@ -91,9 +91,7 @@ func (q *replies) reserve(n, proto int, fwd bool) uint64 {
 // after the replies before it, and writes what is ready.
 func (q *replies) push(frame []byte) {
 	q.add(rawFrame(frame), 0)
-	q.mu.Lock()
-	q.flush()
-	q.mu.Unlock()
+	q.write()
 }
 
 // fill answers a reserved slot, at most once, and writes the ready head
@@ -101,6 +99,27 @@ func (q *replies) push(frame []byte) {
 func (q *replies) fill(seq uint64, v any) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.put(seq, v)
+	q.flush()
+}
+
+// fillQuiet answers a reserved slot without writing: write follows, once
+// a run of replies is in (the gateway's replies come in runs).
+func (q *replies) fillQuiet(seq uint64, v any) {
+	q.mu.Lock()
+	q.put(seq, v)
+	q.mu.Unlock()
+}
+
+// write writes what is ready.
+func (q *replies) write() {
+	q.mu.Lock()
+	q.flush()
+	q.mu.Unlock()
+}
+
+// put fills a slot (mu held).
+func (q *replies) put(seq uint64, v any) {
 	i := int(seq - q.first)
 	if i < 0 || i >= len(q.slots) || q.slots[i].filled {
 		return
@@ -123,7 +142,6 @@ func (q *replies) fill(seq uint64, v any) {
 		s.b, s.filled = appendReply(nil, v, s.proto), true
 	}
 	q.changed.Broadcast()
-	q.flush()
 }
 
 // flush writes out (called with mu held, which it lets go while writing).

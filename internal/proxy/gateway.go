@@ -5,13 +5,14 @@ import (
 
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/busypoll"
 	"github.com/rlproxy/rlproxy/passthrough"
 	"github.com/rlproxy/rlproxy/server"
 )
 
 // openGateway builds the passthrough gateway: to passthrough_backend,
 // else the first backend, else the embedded one.
-func openGateway(cfg config.Config, pool *backend.Pool) (*passthrough.Gateway, error) {
+func openGateway(cfg config.Config, pool *backend.Pool, poller *busypoll.Poller) (*passthrough.Gateway, error) {
 	url := cfg.PassthroughBackend
 	switch {
 	case url != "":
@@ -28,15 +29,17 @@ func openGateway(cfg config.Config, pool *backend.Pool) (*passthrough.Gateway, e
 	}
 	return passthrough.New(passthrough.Options{
 		URL: url, TLS: tlsConf, KeyPrefix: cfg.KeyPrefix,
-		MaxPinned: cfg.PassthroughMaxPinned, Timeout: cfg.BackendTimeout,
+		MaxPinned: cfg.PassthroughMaxPinned, Timeout: cfg.BackendTimeout, Poller: poller,
 	})
 }
 
 // forwarder is the gateway as the server sees it.
 type forwarder struct{ g *passthrough.Gateway }
 
-func (f forwarder) Open(push func([]byte), kill func()) server.Session { return f.g.Open(push, kill) }
-func (f forwarder) Keys(args []string) []string                        { return passthrough.Keys(args) }
+func (f forwarder) Open(push func([]byte), flush, kill func()) server.Session {
+	return f.g.Open(push, flush, kill)
+}
+func (f forwarder) Keys(args []string) []string { return passthrough.Keys(args) }
 
 // passthroughStats are the INFO # Passthrough figures and their metrics.
 func passthroughStats(g *passthrough.Gateway) []stat {

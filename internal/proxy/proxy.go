@@ -64,7 +64,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	leases := lease.New(limiters, scripts, lease.Options{KeyPrefix: cfg.KeyPrefix, MaxWaiters: cfg.MaxWaiters})
 	var gw *passthrough.Gateway
 	if cfg.Passthrough {
-		if gw, err = openGateway(cfg, pool); err != nil {
+		if gw, err = openGateway(cfg, pool, poller); err != nil {
 			pool.Close()
 			return nil, err
 		}
