@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os/exec"
@@ -499,12 +500,22 @@ func TestPassthroughClients(t *testing.T) {
 				}
 				// SUBSCRIBE, as redis-cli shows it, until a message comes.
 				sub := exec.Command(redistest.LookPath(t, "redis-cli"), "-p", h.port(), "SUBSCRIBE", "cli:chan")
-				var got strings.Builder
-				sub.Stdout = &got
+				stdout, err := sub.StdoutPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
 				if err := sub.Start(); err != nil {
 					t.Fatal(err)
 				}
-				defer sub.Process.Kill()
+				defer func() { _ = sub.Process.Kill(); _ = sub.Wait() }()
+				lines := make(chan string, 16)
+				go func() {
+					sc := bufio.NewScanner(stdout)
+					for sc.Scan() {
+						lines <- sc.Text()
+					}
+					close(lines)
+				}()
 				if err := eventually(5*time.Second, func() error {
 					if n := h.Do(t, "PUBLISH", "cli:chan", "hi").Int(); n != 1 {
 						return fmt.Errorf("PUBLISH reached %d subscribers", n)
@@ -513,13 +524,18 @@ func TestPassthroughClients(t *testing.T) {
 				}); err != nil {
 					t.Fatal(err)
 				}
-				if err := eventually(5*time.Second, func() error {
-					if !strings.Contains(got.String(), "message\ncli:chan\nhi\n") {
-						return fmt.Errorf("redis-cli SUBSCRIBE printed %q", got.String())
+				var seen []string
+				timeout := time.After(5 * time.Second)
+				for !strings.HasSuffix(strings.Join(seen, "\n"), "message\ncli:chan\nhi") {
+					select {
+					case line, ok := <-lines:
+						if !ok {
+							t.Fatalf("redis-cli SUBSCRIBE ended after %q", seen)
+						}
+						seen = append(seen, line)
+					case <-timeout:
+						t.Fatalf("redis-cli SUBSCRIBE printed %q, no message", seen)
 					}
-					return nil
-				}); err != nil {
-					t.Fatal(err)
 				}
 			})
 		})
