@@ -184,8 +184,8 @@ type Config struct {
 	Passthrough bool `mapstructure:"passthrough"`
 
 	// (Optional) redis:// or rediss:// URL of the Redis passthrough
-	// forwards to. Empty means the first of backends (or the embedded
-	// backend). Defaults to "".
+	// forwards to. Empty means the first of backends, the cluster (by key
+	// slot) or the embedded backend. Defaults to "".
 	PassthroughBackend string `mapstructure:"passthrough_backend"`
 
 	// (Optional) Most backend connections pinned to clients at once
@@ -331,9 +331,7 @@ func (c Config) Validate() error {
 	if c.PassthroughBackend != "" {
 		errs = append(errs, checkURLs("passthrough_backend", []string{c.PassthroughBackend}, false)...)
 	}
-	if c.Passthrough && len(c.Cluster) > 0 {
-		bad("passthrough does not support cluster yet (routing by key slot is not built)")
-	}
+
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:

@@ -25,10 +25,11 @@ type reply func(frame []byte, err error)
 // confirmation frame per channel: confirms counts them down, and the
 // frames are relayed together as its reply.
 type waiter struct {
-	s        *Session // whose command it is: flushed after a run of replies
-	reply    reply
-	confirms int
-	frames   []byte
+	s         *Session // whose command it is: flushed after a run of replies
+	reply     reply
+	confirms  int
+	frames    []byte
+	redirects int // MOVED/ASK followed (cluster)
 }
 
 // conn is one backend connection. Commands are written in order (one
@@ -37,7 +38,8 @@ type waiter struct {
 // back in the same order. Frames a command did not ask for (Pub/Sub
 // messages, RESP3 pushes) go to unasked.
 type conn struct {
-	nc net.Conn
+	nc   net.Conn
+	addr string // the node's
 
 	mu      sync.Mutex
 	out     []byte
@@ -121,7 +123,7 @@ func dial(ctx context.Context, o dialOptions, proto int) (*conn, error) {
 		}
 		_ = nc.SetDeadline(time.Time{})
 	}
-	c := &conn{nc: nc, done: make(chan struct{})}
+	c := &conn{nc: nc, addr: o.addr, done: make(chan struct{})}
 	go c.read(r)
 	return c, nil
 }

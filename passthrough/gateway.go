@@ -34,6 +34,9 @@ type Options struct {
 	// URL is the backend's redis:// or rediss:// URL (user, password and
 	// database as in it).
 	URL string
+	// Cluster are seed URLs of a Redis Cluster (instead of URL): commands
+	// go to the primary of their keys' slot, following MOVED and ASK.
+	Cluster []string
 	// TLS is the client TLS config for a rediss:// URL.
 	TLS *tls.Config
 	// KeyPrefix is rlproxy's key prefix: keys starting with it are refused.
@@ -62,9 +65,11 @@ type Gateway struct {
 	o    Options
 	dial dialOptions
 
+	cluster *slots // Redis Cluster's slot map; nil for one server
+
 	mu     sync.Mutex
-	shared [2][]*conn // by protocol (RESP2, RESP3)
-	idle   [2][]*conn // pinned connections free for reuse
+	shared map[string]*[2][]*conn // by node address, then protocol (RESP2, RESP3)
+	idle   map[string]*[2][]*conn // pinned connections free for reuse
 	closed bool
 
 	pinned    atomic.Int64
@@ -79,7 +84,11 @@ const maxIdle = 16
 // New returns a gateway to the backend at o.URL; connections are made
 // when first needed.
 func New(o Options) (*Gateway, error) {
-	u, err := redis.ParseURL(o.URL)
+	url := o.URL
+	if len(o.Cluster) > 0 {
+		url = o.Cluster[0]
+	}
+	u, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("passthrough_backend: %w", err)
 	}
@@ -95,8 +104,21 @@ func New(o Options) (*Gateway, error) {
 	}
 	g := &Gateway{o: o, dial: dialOptions{addr: u.Addr, username: u.Username, password: u.Password,
 		db: u.DB, tls: tlsConf, timeout: o.Timeout, poller: o.Poller}}
-	for p := range g.shared {
-		g.shared[p] = make([]*conn, o.Conns)
+	g.shared, g.idle = map[string]*[2][]*conn{}, map[string]*[2][]*conn{}
+	if len(o.Cluster) > 0 {
+		g.cluster = &slots{}
+		for _, seed := range o.Cluster {
+			su, err := redis.ParseURL(seed)
+			if err != nil {
+				return nil, fmt.Errorf("cluster: %w", err)
+			}
+			g.cluster.seeds = append(g.cluster.seeds, su.Addr)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+		defer cancel()
+		if err := g.loadSlots(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return g, nil
 }
@@ -114,15 +136,18 @@ func (g *Gateway) Close() {
 	g.mu.Lock()
 	g.closed = true
 	var all []*conn
-	for p := range g.shared {
-		for _, c := range g.shared[p] {
-			if c != nil {
-				all = append(all, c)
+	for _, m := range []map[string]*[2][]*conn{g.shared, g.idle} {
+		for _, byProto := range m {
+			for _, conns := range byProto {
+				for _, c := range conns {
+					if c != nil {
+						all = append(all, c)
+					}
+				}
 			}
 		}
-		all = append(all, g.idle[p]...)
-		g.idle[p] = nil
 	}
+	g.idle = map[string]*[2][]*conn{}
 	g.mu.Unlock()
 	for _, c := range all {
 		c.close()
@@ -131,20 +156,25 @@ func (g *Gateway) Close() {
 
 var errClosed = errors.New("passthrough is closed")
 
-// sharedConn returns the shared connection of a session (by its number),
-// dialing it anew when it broke.
-func (g *Gateway) sharedConn(id uint64, proto int) (*conn, error) {
+// sharedConnAt returns the shared connection of a session (by its
+// number) to the node at addr, dialing it anew when it broke.
+func (g *Gateway) sharedConnAt(addr string, id uint64, proto int) (*conn, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
 		return nil, errClosed
 	}
-	slots := g.shared[proto-2]
+	byProto := g.shared[addr]
+	if byProto == nil {
+		byProto = &[2][]*conn{make([]*conn, g.o.Conns), make([]*conn, g.o.Conns)}
+		g.shared[addr] = byProto
+	}
+	slots := byProto[proto-2]
 	i := int(id % uint64(len(slots)))
 	if c := slots[i]; c != nil && !c.broken() {
 		return c, nil
 	}
-	c, err := dial(context.Background(), g.dial, proto)
+	c, err := g.dialAt(addr, proto)
 	if err != nil {
 		return nil, err
 	}
@@ -152,10 +182,20 @@ func (g *Gateway) sharedConn(id uint64, proto int) (*conn, error) {
 	return c, nil
 }
 
+// dialAt opens a connection to the node at addr.
+func (g *Gateway) dialAt(addr string, proto int) (*conn, error) {
+	o := g.dial
+	o.addr = addr
+	if g.cluster != nil {
+		o.db = 0 // a cluster has database 0 only
+	}
+	return dial(context.Background(), o, proto)
+}
+
 var errMaxPinned = errors.New("ERR max number of pinned connections reached")
 
-// pin returns a connection for one client alone.
-func (g *Gateway) pin(s *Session, proto int) (*conn, error) {
+// pin returns a connection to the node at addr for one client alone.
+func (g *Gateway) pin(s *Session, proto int, addr string) (*conn, error) {
 	if g.pinned.Add(1) > int64(g.o.MaxPinned) {
 		g.pinned.Add(-1)
 		return nil, errMaxPinned
@@ -167,17 +207,19 @@ func (g *Gateway) pin(s *Session, proto int) (*conn, error) {
 		return nil, errClosed
 	}
 	var c *conn
-	for n := len(g.idle[proto-2]); n > 0 && c == nil; n-- {
-		c = g.idle[proto-2][n-1]
-		g.idle[proto-2] = g.idle[proto-2][:n-1]
-		if c.broken() {
-			c = nil
+	if idle := g.idle[addr]; idle != nil {
+		for n := len(idle[proto-2]); n > 0 && c == nil; n-- {
+			c = idle[proto-2][n-1]
+			idle[proto-2] = idle[proto-2][:n-1]
+			if c.broken() {
+				c = nil
+			}
 		}
 	}
 	g.mu.Unlock()
 	if c == nil {
 		var err error
-		if c, err = dial(context.Background(), g.dial, proto); err != nil {
+		if c, err = g.dialAt(addr, proto); err != nil {
 			g.pinned.Add(-1)
 			return nil, err
 		}
@@ -194,8 +236,13 @@ func (g *Gateway) unpin(c *conn, proto int, clean bool) {
 	c.subscribed.Store(false)
 	if clean && c.idle() {
 		g.mu.Lock()
-		if !g.closed && len(g.idle[proto-2]) < maxIdle {
-			g.idle[proto-2] = append(g.idle[proto-2], c)
+		idle := g.idle[c.addr]
+		if idle == nil {
+			idle = &[2][]*conn{}
+			g.idle[c.addr] = idle
+		}
+		if !g.closed && len(idle[proto-2]) < maxIdle {
+			idle[proto-2] = append(idle[proto-2], c)
 			g.mu.Unlock()
 			return
 		}

@@ -116,7 +116,17 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			reply(i, step.local)
 			continue
 		}
-		target, err := s.target(step.pin, proto, &b)
+		addr := s.g.dial.addr
+		if s.g.cluster != nil {
+			slot, refusal := route(name, args)
+			if refusal != nil {
+				s.mu.Unlock()
+				reply(i, refusal)
+				continue
+			}
+			addr = s.g.cluster.node(slot)
+		}
+		target, err := s.target(step.pin, proto, &b, addr)
 		if err != nil {
 			s.undo(step)
 			s.mu.Unlock()
@@ -140,7 +150,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			cmd = step.send
 		}
 		b.cmds = append(b.cmds, cmd)
-		b.ws = append(b.ws, s.waiter(i, target, step, reply))
+		b.ws = append(b.ws, s.waiter(i, target, step, reply, cmd, proto))
 		s.g.forwarded.Add(1)
 	}
 }
@@ -212,10 +222,11 @@ func (s *Session) plan(name string, args []string) step {
 // subscription it ends.
 var unsubscribes = map[string]string{"UNSUBSCRIBE": "subscribe", "PUNSUBSCRIBE": "psubscribe", "SUNSUBSCRIBE": "ssubscribe"}
 
-// target returns the connection a command goes to, pinning one if need
-// be. When the client's commands change connection, the earlier ones'
-// replies are awaited first, so the backend runs them in the order sent.
-func (s *Session) target(pin bool, proto int, b *batch) (*conn, error) {
+// target returns the connection to the node at addr a command goes to,
+// pinning one if need be. When the client's commands change connection,
+// the earlier ones' replies are awaited first, so the backend runs them
+// in the order sent.
+func (s *Session) target(pin bool, proto int, b *batch, addr string) (*conn, error) {
 	if s.closed {
 		return nil, errClosed
 	}
@@ -225,16 +236,21 @@ func (s *Session) target(pin bool, proto int, b *batch) (*conn, error) {
 		c = s.pin
 	case pin:
 		s.settle(b, nil)
-		p, err := s.g.pin(s, proto)
+		p, err := s.g.pin(s, proto, addr)
 		if err != nil {
 			return nil, err
 		}
 		s.pin, s.proto = p, proto
 		c = p
+	case s.g.cluster != nil:
+		var err error
+		if c, err = s.g.sharedConnAt(addr, s.id, proto); err != nil {
+			return nil, err
+		}
 	default:
 		if c = s.shared[proto-2]; c == nil || c.broken() {
 			var err error
-			if c, err = s.g.sharedConn(s.id, proto); err != nil {
+			if c, err = s.g.sharedConnAt(addr, s.id, proto); err != nil {
 				return nil, err
 			}
 			s.shared[proto-2] = c
@@ -285,10 +301,14 @@ func (s *Session) needsPin() bool {
 }
 
 // waiter answers call i and, once nothing is awaited and no state is
-// held, gives the pinned connection back.
-func (s *Session) waiter(i int, c *conn, st step, reply func(int, []byte)) *waiter {
+// held, gives the pinned connection back. In a cluster, a MOVED or ASK
+// is followed: cmd goes again to the node named.
+func (s *Session) waiter(i int, c *conn, st step, reply func(int, []byte), cmd []string, proto int) *waiter {
 	w := &waiter{s: s, confirms: st.confirms}
 	w.reply = func(f []byte, err error) {
+		if err == nil && s.g.cluster != nil && len(f) > 0 && f[0] == '-' && !st.pin && s.follow(w, cmd, proto, f) {
+			return
+		}
 		if err != nil {
 			s.g.errs.Add(1)
 			f = brokenFrame(err)

@@ -11,13 +11,16 @@ import (
 )
 
 // openGateway builds the passthrough gateway: to passthrough_backend,
-// else the first backend, else the embedded one.
+// else the first backend, else the cluster, else the embedded backend.
 func openGateway(cfg config.Config, pool *backend.Pool, poller *busypoll.Poller) (*passthrough.Gateway, error) {
 	url := cfg.PassthroughBackend
+	var cluster []string
 	switch {
 	case url != "":
 	case len(cfg.Backends) > 0:
 		url = cfg.Backends[0]
+	case len(cfg.Cluster) > 0:
+		url, cluster = cfg.Cluster[0], cfg.Cluster
 	case pool.Embedded():
 		url = "redis://" + pool.EmbeddedAddr()
 	default:
@@ -28,7 +31,7 @@ func openGateway(cfg config.Config, pool *backend.Pool, poller *busypoll.Poller)
 		return nil, fmt.Errorf("passthrough_backend: %w", err)
 	}
 	return passthrough.New(passthrough.Options{
-		URL: url, TLS: tlsConf, KeyPrefix: cfg.KeyPrefix,
+		URL: url, Cluster: cluster, TLS: tlsConf, KeyPrefix: cfg.KeyPrefix,
 		MaxPinned: cfg.PassthroughMaxPinned, Timeout: cfg.BackendTimeout, Poller: poller,
 	})
 }

@@ -541,3 +541,85 @@ func TestPassthroughClients(t *testing.T) {
 		})
 	}
 }
+
+// TestPassthroughCluster: on a Redis Cluster, forwarded commands go to
+// the primary of their keys' slot; keys in two slots get Redis's
+// CROSSSLOT; keyspace-wide keyless commands are refused; a slot moved
+// behind the proxy's back is followed (MOVED).
+func TestPassthroughCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	h := startProxy(t, nil, passthroughOn, func(c *config.Config) { c.Cluster = cluster.URLs() })
+	cc := cluster.Client(t)
+	ctx := context.Background()
+	for i := range 50 {
+		h.Do(t, "SET", fmt.Sprintf("ck:%d", i), i).Equal("OK")
+	}
+	for i := range 50 {
+		k := fmt.Sprintf("ck:%d", i)
+		h.Do(t, "GET", k).Equal(fmt.Sprint(i))
+		if v, err := cc.Get(ctx, k).Result(); err != nil || v != fmt.Sprint(i) {
+			t.Fatalf("%s on the cluster: %q, %v", k, v, err)
+		}
+	}
+	h.Do(t, "MSET", "{t}a", "1", "{t}b", "2").Equal("OK")
+	h.Do(t, "MGET", "{t}a", "{t}b").Equal([]any{"1", "2"})
+	h.Do(t, "MSET", "a", "1", "b", "2").Err("CROSSSLOT Keys in request don't hash to the same slot")
+	for _, cmd := range []string{"KEYS", "SCAN", "DBSIZE", "RANDOMKEY", "FLUSHDB", "FLUSHALL"} {
+		args := []any{cmd}
+		if cmd == "KEYS" {
+			args = append(args, "*")
+		} else if cmd == "SCAN" {
+			args = append(args, 0)
+		}
+		h.Do(t, args...).Err("ERR '" + strings.ToLower(cmd) + "' is not supported by rlproxy in cluster mode")
+	}
+	h.Do(t, "PUBLISH", "ck:chan", "x").Equal(int64(0)) // keyless: any primary
+	h.Do(t, "RL.SETRATE", "ck", 2, "1s").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", "ck").Granted(1)
+	c := h.raw(t)
+	if got := c.Call("BLPOP", "ck:list", "0.01"); got != "*-1" {
+		t.Fatalf("BLPOP on its key's node = %q", got)
+	}
+
+	// Move ck:0's slot to another primary; the proxy still thinks it is
+	// where it was, gets MOVED and follows it.
+	key := "ck:0"
+	slot := redistest.KeySlot(key)
+	from, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var to *redis.Client
+	for _, n := range cluster.Nodes {
+		if n.Addr() != from.Options().Addr {
+			to = n.Client(t)
+			break
+		}
+	}
+	toID, err := to.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromID, err := from.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	host, port, _ := strings.Cut(to.Options().Addr, ":")
+	must(from.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", key).Err())
+	for _, n := range cluster.Nodes {
+		must(n.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	}
+	h.Do(t, "GET", key).Equal("0")
+	h.Do(t, "SET", key, "moved").Equal("OK")
+	if v, err := to.Get(ctx, key).Result(); err != nil || v != "moved" {
+		t.Fatalf("%s on its new node: %q, %v", key, v, err)
+	}
+}
