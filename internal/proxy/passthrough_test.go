@@ -574,6 +574,17 @@ func TestPassthroughCluster(t *testing.T) {
 		h.Do(t, args...).Err("ERR '" + strings.ToLower(cmd) + "' is not supported by rlproxy in cluster mode")
 	}
 	h.Do(t, "PUBLISH", "ck:chan", "x").Equal(int64(0)) // keyless: any primary
+	sub := h.client(t, nil).Subscribe(ctx, "ck:chan")
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.Do(t, "PUBLISH", "ck:chan", "hello").Equal(int64(1))
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "hello" {
+		t.Fatalf("message: %v, %v", msg, err)
+	}
+	sub.Close()
+	h.Do(t, "EVAL", "return redis.call('GET', KEYS[1])", 1, "ck:1").Equal("1")
+	h.Do(t, "MULTI").Err("ERR 'multi' is not supported by rlproxy in cluster mode")
 	h.Do(t, "RL.SETRATE", "ck", 2, "1s").Equal(int64(1))
 	h.Do(t, "RL.ACQUIRE", "ck").Granted(1)
 	c := h.raw(t)
@@ -614,6 +625,7 @@ func TestPassthroughCluster(t *testing.T) {
 	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
 	host, port, _ := strings.Cut(to.Options().Addr, ":")
 	must(from.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", key).Err())
+	h.Do(t, "GET", key).Equal("0") // mid-migration: ASK, then ASKING + GET on the new node
 	for _, n := range cluster.Nodes {
 		must(n.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
 	}
