@@ -117,9 +117,10 @@ func keySlot(key string) int {
 // keyspaceWide are the keyless commands that would need every node.
 var keyspaceWide = map[string]bool{"KEYS": true, "SCAN": true, "DBSIZE": true, "RANDOMKEY": true, "FLUSHDB": true, "FLUSHALL": true}
 
-// clusterOnly are the commands of connection state rlproxy does not pin
-// in cluster mode yet (their node is known only from later commands).
-var clusterOnly = map[string]bool{"MULTI": true, "WATCH": true, "SELECT": true}
+// clusterOnly are the commands of connection state rlproxy does not
+// support in cluster mode (a cluster has database 0 only; invalidations
+// would come from one node of many).
+var clusterOnly = map[string]bool{"SELECT": true}
 
 var errCrossSlot = errorFrame("CROSSSLOT Keys in request don't hash to the same slot")
 

@@ -25,6 +25,9 @@ type Session struct {
 	shared  [2]*conn  // the shared connections it uses, by protocol
 
 	multi, aborted bool // in MULTI; a command was refused while queuing
+	// In a cluster, MULTI waits for the first command of the transaction
+	// (its keys name the node), which is sent after it.
+	multiPending bool
 	watching       bool
 	tracking       bool
 	selected       bool                       // SELECTed another database: pinned for life
@@ -126,7 +129,8 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			}
 			addr = s.g.cluster.node(slot)
 		}
-		target, err := s.target(step.pin, proto, &b, addr)
+		begin := s.multiPending // the transaction's first command: MULTI goes first
+		target, err := s.target(step.pin || begin, proto, &b, addr)
 		if err != nil {
 			s.undo(step)
 			s.mu.Unlock()
@@ -139,11 +143,19 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			continue
 		}
 		s.apply(step, target)
+		if begin {
+			s.multiPending = false
+		}
 		s.out++
 		s.mu.Unlock()
 		if b.c != target {
 			b.flush()
 			b.c = target
+		}
+		if begin { // MULTI's +OK was answered when it came
+			b.cmds = append(b.cmds, []string{"MULTI"})
+			b.ws = append(b.ws, &waiter{s: s, reply: func([]byte, error) {}})
+			step.pin = true
 		}
 		cmd := args
 		if step.send != nil {
@@ -186,8 +198,23 @@ func (s *Session) plan(name string, args []string) step {
 			return step{pin: true, set: func() { s.tracking = false }}
 		}
 	case "MULTI":
+		if s.g.cluster != nil && !pinned && !s.multi {
+			s.multi, s.aborted, s.multiPending = true, false, true
+			return step{local: okFrame}
+		}
 		return step{pin: true, set: func() { s.multi, s.aborted = true, false }}
 	case "EXEC", "DISCARD":
+		if s.multiPending { // nothing queued
+			aborted := s.aborted
+			s.multi, s.aborted, s.multiPending = false, false, false
+			switch {
+			case name == "DISCARD":
+				return step{local: okFrame}
+			case aborted:
+				return step{local: execAbort}
+			}
+			return step{local: []byte("*0\r\n")}
+		}
 		if !pinned {
 			break
 		}

@@ -584,7 +584,30 @@ func TestPassthroughCluster(t *testing.T) {
 	}
 	sub.Close()
 	h.Do(t, "EVAL", "return redis.call('GET', KEYS[1])", 1, "ck:1").Equal("1")
-	h.Do(t, "MULTI").Err("ERR 'multi' is not supported by rlproxy in cluster mode")
+	h.Do(t, "SELECT", 1).Err("ERR 'select' is not supported by rlproxy in cluster mode")
+	// A transaction runs on the node of its first command's keys.
+	gr := h.client(t, nil)
+	if err := gr.Watch(ctx, func(tx *redis.Tx) error {
+		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Incr(ctx, "{tx}n")
+			p.Incr(ctx, "{tx}n")
+			return nil
+		})
+		return err
+	}, "{tx}n"); err != nil {
+		t.Fatalf("WATCH MULTI INCR INCR EXEC: %v", err)
+	}
+	h.Do(t, "GET", "{tx}n").Equal("2")
+	tx := h.raw(t)
+	for _, step := range []struct{ args, want string }{
+		{"MULTI", "+OK"}, {"EXEC", "*0"},
+		{"MULTI", "+OK"}, {"RL.ACQUIRE ck", "-ERR RL.ACQUIRE is not allowed inside MULTI"}, {"EXEC", "-EXECABORT Transaction discarded because of previous errors."},
+		{"MULTI", "+OK"}, {"SET {tx}m 1", "+QUEUED"}, {"DISCARD", "+OK"}, {"GET {tx}m", "$-1"},
+	} {
+		if got := tx.Call(strings.Fields(step.args)...); got != step.want {
+			t.Fatalf("%s = %q, want %q", step.args, got, step.want)
+		}
+	}
 	h.Do(t, "RL.SETRATE", "ck", 2, "1s").Equal(int64(1))
 	h.Do(t, "RL.ACQUIRE", "ck").Granted(1)
 	c := h.raw(t)
