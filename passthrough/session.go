@@ -28,11 +28,11 @@ type Session struct {
 	// In a cluster, MULTI waits for the first command of the transaction
 	// (its keys name the node), which is sent after it.
 	multiPending bool
-	watching       bool
-	tracking       bool
-	selected       bool                       // SELECTed another database: pinned for life
-	subs           map[string]map[string]bool // subscriptions by kind ("subscribe", ...)
-	closed         bool
+	watching     bool
+	tracking     bool
+	selected     bool                       // SELECTed another database: pinned for life
+	subs         map[string]map[string]bool // subscriptions by kind ("subscribe", ...)
+	closed       bool
 }
 
 // Open starts a client's session. push relays a frame the backend sent
