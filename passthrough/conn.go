@@ -36,7 +36,7 @@ type waiter struct {
 // write for all that queued while the previous write was under way: many
 // clients' commands share it) and a reader goroutine hands the replies
 // back in the same order. Frames a command did not ask for (Pub/Sub
-// messages, RESP3 pushes) go to unasked.
+// messages, RESP3 pushes) go to the owner session's push.
 type conn struct {
 	nc   net.Conn
 	addr string // the node's

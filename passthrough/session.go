@@ -132,7 +132,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		begin := s.multiPending // the transaction's first command: MULTI goes first
 		target, err := s.target(step.pin || begin, proto, &b, addr)
 		if err != nil {
-			s.undo(step)
+			s.undo()
 			s.mu.Unlock()
 			if err == errMaxPinned {
 				reply(i, errMaxPinRep)
@@ -314,7 +314,7 @@ func (s *Session) apply(st step, c *conn) {
 }
 
 // undo gives back a pin taken for a command that was not sent.
-func (s *Session) undo(step) {
+func (s *Session) undo() {
 	if s.pin != nil && s.out == 0 && !s.needsPin() {
 		pin := s.pin
 		s.pin = nil

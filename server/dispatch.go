@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/tidwall/redcon"
@@ -67,8 +68,15 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		for range j - i {
 			s.opts.Poller.Begin()
 		}
+		// The run's replies go out together, once the last is in (a
+		// lone call's at once).
+		left := new(atomic.Int64)
+		left.Store(int64(j - i))
 		s.callBatch(c, cmd, calls[i:j], func(k int, v any) {
-			q.fill(first+uint64(k), v)
+			q.fillQuiet(first+uint64(k), v)
+			if left.Add(-1) == 0 {
+				q.write()
+			}
 			s.opts.Poller.End()
 			s.drain.busy.Add(-1)
 		})

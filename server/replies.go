@@ -10,8 +10,9 @@ import (
 // once (PING, RL.SETRATE) fills its slot as it is added; one decided
 // later, on another goroutine (a batch call of RL.ACQUIRE, a forwarded
 // command), reserves its slot and fills it then. Whoever fills the head
-// slot writes it and every ready slot after it, so no goroutine sits
-// waiting to write and a reply never overtakes an earlier one. While the
+// slot (the last of a run of fills) writes it and every ready slot after
+// it, so no goroutine sits waiting to write and a reply never overtakes
+// an earlier one. While the
 // connection's reader takes a pipeline it holds the queue: fills are kept
 // until it releases, so a pipeline's replies go out in one write. A lone
 // call is a pipeline of one. (The shape of codis proxy's Session.)
@@ -94,24 +95,17 @@ func (q *replies) push(frame []byte) {
 	q.write()
 }
 
-// fill answers a reserved slot, at most once, and writes the ready head
-// unless another goroutine is writing or the reader holds the queue.
-func (q *replies) fill(seq uint64, v any) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.put(seq, v)
-	q.flush()
-}
-
-// fillQuiet answers a reserved slot without writing: write follows, once
-// a run of replies is in (the gateway's replies come in runs).
+// fillQuiet answers a reserved slot, at most once, without writing:
+// write follows once a run of replies is in (a batch's, or those read
+// from a backend connection at once), so they go out in one write.
 func (q *replies) fillQuiet(seq uint64, v any) {
 	q.mu.Lock()
 	q.put(seq, v)
 	q.mu.Unlock()
 }
 
-// write writes what is ready.
+// write writes the ready head, unless another goroutine is writing or
+// the reader holds the queue (then that one writes it).
 func (q *replies) write() {
 	q.mu.Lock()
 	q.flush()
