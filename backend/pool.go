@@ -146,6 +146,14 @@ func (p *Pool) Info() []string {
 // Embedded reports whether the pool is the embedded in-memory server.
 func (p *Pool) Embedded() bool { return p.embedded != nil }
 
+// EmbeddedAddr is the embedded server's address ("" for real backends).
+func (p *Pool) EmbeddedAddr() string {
+	if p.embedded == nil {
+		return ""
+	}
+	return p.embedded.Addr()
+}
+
 // Close closes every client (and stops the embedded server).
 func (p *Pool) Close() error {
 	var errs []error

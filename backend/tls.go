@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TLSFiles name the PEM files of the TLS connections to rediss://
@@ -56,4 +58,19 @@ func (s tlsSetup) apply(c *tls.Config) {
 	if s.certs != nil {
 		c.Certificates = s.certs
 	}
+}
+
+// URLTLS returns the TLS config of a rediss:// URL with the files
+// applied, as the backends' connections use it; nil for redis://.
+func URLTLS(url string, f TLSFiles) (*tls.Config, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	s, err := f.load()
+	if err != nil {
+		return nil, err
+	}
+	s.apply(opt.TLSConfig)
+	return opt.TLSConfig, nil
 }

@@ -194,6 +194,22 @@ type Config struct {
 	// health checks /healthz and /readyz, for example "127.0.0.1:9121".
 	// Empty disables all three. Defaults to "".
 	MetricsListen string `mapstructure:"metrics_listen"`
+
+	// (Optional) Gateway passthrough: forward every command rlproxy does
+	// not own to Redis and relay its reply unchanged, so an application
+	// uses Redis and the RL.* commands through one URL. Defaults to false.
+	Passthrough bool `mapstructure:"passthrough"`
+
+	// (Optional) redis:// or rediss:// URL of the Redis passthrough
+	// forwards to. Empty means the first of backends, the cluster (by key
+	// slot) or the embedded backend. Defaults to "".
+	PassthroughBackend string `mapstructure:"passthrough_backend"`
+
+	// (Optional) Most backend connections pinned to clients at once
+	// (MULTI, blocking commands, Pub/Sub, SELECT, CLIENT TRACKING); one
+	// more is answered "ERR max number of pinned connections reached".
+	// Must be > 0. Defaults to 1000.
+	PassthroughMaxPinned int `mapstructure:"passthrough_max_pinned"`
 }
 
 // Default returns the configuration used for every key that no file,
@@ -235,6 +251,9 @@ func Default() Config {
 		MetricsListen:   "",
 
 		ShutdownReadyDelay: time.Second,
+		Passthrough:          false,
+		PassthroughBackend:   "",
+		PassthroughMaxPinned: 1000,
 	}
 }
 
@@ -330,6 +349,13 @@ func (c Config) Validate() error {
 	if c.MaxWaiters <= 0 {
 		bad("max_waiters must be > 0 (got %d)", c.MaxWaiters)
 	}
+	if c.PassthroughMaxPinned <= 0 {
+		bad("passthrough_max_pinned must be > 0 (got %d)", c.PassthroughMaxPinned)
+	}
+	if c.PassthroughBackend != "" {
+		errs = append(errs, checkURLs("passthrough_backend", []string{c.PassthroughBackend}, false)...)
+	}
+
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:

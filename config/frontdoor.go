@@ -24,19 +24,25 @@ type User struct {
 
 	// (Required) Command categories: "acquire" (RL.ACQUIRE, RL.AVAILABLE,
 	// RL.GETRATE, CL.THROTTLE, GCRA, RL.THROTTLE, RL.LEASE, RL.RETURN,
-	// RL.RENEW, RL.CHARGE) and/or "admin" (every command). Connection
+	// RL.RENEW, RL.CHARGE), "redis" (every command passthrough forwards)
+	// and/or "admin" (every command, "redis" included). Connection
 	// commands (PING, HELLO, CLIENT SETNAME, ...) are always allowed.
 	Commands []string `mapstructure:"commands"`
 
 	// (Optional) Glob patterns of the limiter names this user may touch
 	// ('*' any run of characters, '?' one character). Defaults to all.
 	Limiters []string `mapstructure:"limiters"`
+
+	// (Optional) Glob patterns the keys of this user's forwarded commands
+	// (passthrough) must match. Defaults to all.
+	Keys []string `mapstructure:"keys"`
 }
 
 // Command categories of User.Commands.
 const (
 	CategoryAcquire = "acquire"
 	CategoryAdmin   = "admin"
+	CategoryRedis   = "redis"
 )
 
 // TLS reports whether clients are served over TLS too.
@@ -109,16 +115,21 @@ func (c Config) checkFrontDoor() []error {
 			}
 		}
 		if len(u.Commands) == 0 {
-			bad("%s: commands must list %s and/or %s", key, CategoryAcquire, CategoryAdmin)
+			bad("%s: commands must list %s, %s and/or %s", key, CategoryAcquire, CategoryRedis, CategoryAdmin)
 		}
 		for _, cat := range u.Commands {
-			if cat != CategoryAcquire && cat != CategoryAdmin {
-				bad("%s: commands: unknown category %q (use %s or %s)", key, cat, CategoryAcquire, CategoryAdmin)
+			if cat != CategoryAcquire && cat != CategoryAdmin && cat != CategoryRedis {
+				bad("%s: commands: unknown category %q (use %s, %s or %s)", key, cat, CategoryAcquire, CategoryRedis, CategoryAdmin)
 			}
 		}
 		for _, p := range u.Limiters {
 			if p == "" {
 				bad("%s: limiters: an empty pattern matches no limiter", key)
+			}
+		}
+		for _, p := range u.Keys {
+			if p == "" {
+				bad("%s: keys: an empty pattern matches no key", key)
 			}
 		}
 	}

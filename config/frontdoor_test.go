@@ -36,7 +36,7 @@ func TestBadUsers(t *testing.T) {
 		{"users:\n  - name: app\n    commands: [acquire]\n", "users[0] (app): set exactly one of password and password_sha256"},
 		{"users:\n  - name: app\n    password: a\n    password_sha256: ab\n    commands: [acquire]\n", "set exactly one"},
 		{"users:\n  - name: app\n    password_sha256: xyz\n    commands: [acquire]\n", "password_sha256 must be 64 hex digits"},
-		{"users:\n  - name: app\n    password: a\n", "users[0] (app): commands must list acquire and/or admin"},
+		{"users:\n  - name: app\n    password: a\n", "users[0] (app): commands must list acquire, redis and/or admin"},
 		{"users:\n  - name: app\n    password: a\n    commands: [write]\n", `unknown category "write"`},
 		{"users:\n  - password: a\n    commands: [admin]\n", "users[0]: name is missing"},
 		{"users:\n  - name: a b\n    password: a\n    commands: [admin]\n", "without spaces"},

@@ -285,6 +285,9 @@ func newFlagSet() *pflag.FlagSet {
 	fs.String(flagName("log_format"), d.LogFormat, "log `format`: text or json")
 	fs.String(flagName("metrics_listen"), d.MetricsListen, "`address` serving Prometheus /metrics, e.g. 127.0.0.1:9121 (empty: off)")
 	fs.String("check-config", "", "check the config `file` (with the other flags and RLPROXY_* variables, as rlproxy would read it; users, TLS files) without starting: prints ok or one line per problem, exits 0 or 1")
+	fs.Bool(flagName("passthrough"), d.Passthrough, "gateway: forward every command rlproxy does not own to Redis (one URL for Redis and RL.*)")
+	fs.String(flagName("passthrough_backend"), d.PassthroughBackend, "redis:// `URL` passthrough forwards to (empty: the first --backend, or the embedded backend)")
+	fs.Int(flagName("passthrough_max_pinned"), d.PassthroughMaxPinned, "most backend connections pinned to clients at once (MULTI, blocking commands, Pub/Sub) (> 0)")
 	fs.BoolP("help", "h", false, "print this help and exit")
 	fs.Bool("version", false, "print the version and exit")
 	return fs

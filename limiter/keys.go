@@ -15,6 +15,10 @@ import (
 //	<prefix>cl{<key>}                               CL.THROTTLE state of key
 type Keys struct {
 	Prefix string
+	// NativeCell keeps GCRA / CL.THROTTLE state in the key as named
+	// (passthrough: like Redis 8.8's GCRA and redis-cell, so DEL, EXISTS
+	// and PTTL see it).
+	NativeCell bool
 }
 
 // escaper keeps names inside their hash tag: '}' would end the tag early.
@@ -71,7 +75,11 @@ func (k Keys) ScriptLimits(algo Algo, name string, shard int, epoch, client stri
 }
 
 // Cell names the state key of a CL.THROTTLE key. The whole key is its hash
-// tag, so CL.THROTTLE keys spread over a cluster like redis-cell's do.
+// tag, so CL.THROTTLE keys spread over a cluster like redis-cell's do;
+// with NativeCell it is the key itself.
 func (k Keys) Cell(key string) string {
+	if k.NativeCell {
+		return key
+	}
 	return k.Prefix + "cl{" + escaper.Replace(key) + "}"
 }

@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	"github.com/rlproxy/rlproxy/limiter"
 )
@@ -12,7 +14,20 @@ func (l *Limiters) GCRA(ctx context.Context, key string, t limiter.Throttle) ([5
 	node := l.nodes(key, 1)[0]
 	v, err := node.Eval(ctx, l.scripts.Cell, []string{l.keys.Cell(key)}, t.Args()...)
 	if err != nil {
-		return [5]int64{}, err
+		return [5]int64{}, cellError(err)
 	}
 	return limiter.DecodeCell(v)
+}
+
+// errWrongType is Redis's answer for a key of another type: a GCRA key
+// kept as named (passthrough) may be one.
+var errWrongType = errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")
+
+// cellError answers WRONGTYPE as Redis's own command would, rather than
+// as a script's error on a backend.
+func cellError(err error) error {
+	if strings.Contains(err.Error(), "WRONGTYPE") {
+		return errWrongType
+	}
+	return err
 }

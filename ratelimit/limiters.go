@@ -20,6 +20,9 @@ import (
 type Options struct {
 	// KeyPrefix starts every key rlproxy writes.
 	KeyPrefix string
+	// NativeCellKeys keeps GCRA / CL.THROTTLE / RL.THROTTLE state in the
+	// key as named, without the prefix (passthrough).
+	NativeCellKeys bool
 	// MaxProbes is how many other shards a denied request tries.
 	MaxProbes int
 	// OnBackendError is what an acquire answers when the backend it needs
@@ -71,7 +74,7 @@ const maxGather = time.Millisecond
 func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 	l := &Limiters{
 		pool:    pool,
-		keys:    limiter.Keys{Prefix: o.KeyPrefix},
+		keys:    limiter.Keys{Prefix: o.KeyPrefix, NativeCell: o.NativeCellKeys},
 		scripts: scripts,
 		closing: make(chan struct{}),
 	}

@@ -236,3 +236,10 @@ if [ "${BENCH_GO:-1}" = 1 ]; then
 	$GO test -run='^$' -bench=. -benchmem -benchtime=200ms ./server ./commands ./limiter ./backend ./sharding ./ratelimit |
 		tee "$OUT/go-bench.txt"
 fi
+
+# The gateway (passthrough) against Redis direct, with redis-benchmark's
+# GET and SET as the load (scripts/gateway-bench.sh prints its own table).
+if [ "${BENCH_GATEWAY:-1}" = 1 ]; then
+	say "bench: gateway passthrough vs direct (redis-benchmark GET/SET)"
+	GO=$GO ROUNDS="$ROUNDS" bash scripts/gateway-bench.sh | tee "$OUT/gateway.txt"
+fi

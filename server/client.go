@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -19,24 +20,21 @@ type client struct {
 	// mu guards what other connections read (CLIENT LIST): the
 	// connection's own goroutine writes these under it and reads them
 	// without it.
-	mu      sync.Mutex
-	name    string
-	libName string // CLIENT SETINFO LIB-NAME
-	libVer  string // CLIENT SETINFO LIB-VER
-	proto   int    // 2 or 3
-	lastAt  time.Time
-	lastCmd [2]string // the latest command's first two words, for CLIENT INFO cmd=
-	authed  bool
-	user    atomic.Pointer[user] // who it runs as; nil before AUTH
-	quit    bool
-	// inflight counts requests answered by themselves (a lone batch
-	// call): a client waiting for one is not idle (timeout).
-	inflight atomic.Int32
+	mu       sync.Mutex
+	name     string
+	libName  string // CLIENT SETINFO LIB-NAME
+	libVer   string // CLIENT SETINFO LIB-VER
+	proto    int    // 2 or 3
+	lastAt   time.Time
+	lastCmd  [2]string // the latest command's first two words, for CLIENT INFO cmd=
+	authed   bool
+	user     atomic.Pointer[user] // who it runs as; nil before AUTH
+	quit     bool
 	tracking string           // CLIENT TRACKING: "" (off), "on", "optin" or "optout"
-	buf      []byte           // replies of the pipeline being answered
+	replies  *replies         // its replies, in order (replies.go)
+	fwd      Session          // passthrough session (forward.go), under mu; nil until used
 	cmds     []redcon.Command // the pipeline being answered, reused
 	calls    [][]string       // its arguments, reused
-	pending  sync.WaitGroup   // a reply on its way by itself (a lone batch call, handle)
 	ctx      context.Context
 	cancel   context.CancelFunc
 	conn     net.Conn
@@ -97,10 +95,12 @@ func (s *Server) accept(conn redcon.Conn) bool {
 	if !s.access.Load().required {
 		c.login(everyone)
 	}
+	var w io.Writer = c.conn
 	if g, ok := c.conn.(*guardedConn); ok {
-		g.beforeError = c.pending.Wait // a reply on its way goes first
 		g.client = c
+		w = g.Conn // redcon's own writes (a protocol error) go through g.Write
 	}
+	c.replies = newReplies(w, s.memory.soon)
 	conn.SetContext(c)
 	s.stats.connections.Add(1)
 	s.mu.Lock()
@@ -115,6 +115,7 @@ func (s *Server) closed(conn redcon.Conn, err error) {
 		return
 	}
 	c.cancel()
+	c.endSession()
 	s.mu.Lock()
 	delete(s.clients, c.id)
 	s.mu.Unlock()

@@ -192,6 +192,7 @@ func (s *Server) selectDB(_ *client, args []string) (any, error) {
 }
 
 func (s *Server) reset(c *client, _ []string) (any, error) {
+	c.endSession() // ends a MULTI, subscriptions and SELECT on the backend too
 	c.mu.Lock()
 	c.proto, c.name = 2, "" // the library stays: it is still the one behind the connection (as in Redis)
 	c.tracking = ""

@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/rlproxy/rlproxy/internal/oneline"
@@ -12,20 +13,22 @@ import (
 )
 
 // handle runs the commands a client sent together (one pipeline, as far
-// as it has been read) and writes their replies in order; redcon flushes
-// once per pipeline. A command with a Batch handler (RL.ACQUIRE) always
-// goes through it (callBatch): a run of neighbouring calls of it at once,
-// so they can share backend calls instead of paying one round trip each;
-// a lone call as a batch of one whose reply is written by whichever
-// goroutine decides it, so the connection goes back to reading at once.
-// That spares a sleep and a wake-up per request — most of a request's
-// cost beyond its socket I/O when clients do not pipeline. The next
-// command of this client waits for that reply to be out (c.pending).
+// as it has been read); their replies go out in order through the
+// client's reply queue (replies.go), in one write when they are decided
+// at once. A command with a Batch handler (RL.ACQUIRE) always goes
+// through it (callBatch): a run of neighbouring calls of it at once, so
+// they can share backend calls instead of paying one round trip each;
+// their slots are filled by whichever goroutine decides them, so the
+// connection goes back to reading at once. That spares a sleep and a
+// wake-up per request — most of a request's cost beyond its socket I/O
+// when clients do not pipeline. A client's commands still run in order:
+// a command waits until the ones before it are decided.
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	c := conn.Context().(*client)
 	s.drain.busy.Add(1)
-	c.pending.Wait() // replies go out in order
+	defer s.drain.busy.Add(-1)
 	s.opts.Poller.Begin()
+	defer s.opts.Poller.End()
 	c.cmds = append(append(c.cmds[:0], cmd), conn.ReadPipeline()...)
 	calls := c.calls[:0]
 	for _, cmd := range c.cmds {
@@ -37,49 +40,52 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		clear(c.cmds) // no reference into redcon's buffer outlives the call
 		clear(c.calls)
 	}()
-	if len(calls) == 1 {
-		if cmd := s.batchable(c, calls[0]); cmd != nil {
-			c.pending.Add(1)
-			c.inflight.Add(1)
-			s.callBatch(c, cmd, calls, func(_ int, v any) {
-				// c.buf is free: handle waits for this reply before using it.
-				c.buf = appendReply(c.buf[:0], v, c.proto)
-				// A write error means the client is gone: its reader sees it too.
-				c.conn.Write(c.buf) //nolint:errcheck
-				s.opts.Poller.End()
-				c.inflight.Add(-1)
-				c.pending.Done()
-				s.drain.busy.Add(-1)
-			})
-			return // its reply ends the request when it goes out
-		}
-	}
-	defer s.drain.busy.Add(-1)
-	defer s.opts.Poller.End()
-	c.buf = c.buf[:0]
+	q := c.replies
+	q.hold()
 	for i := 0; i < len(calls) && !c.quit; {
+		if s.forwards(c, calls[i]) {
+			j := i + 1
+			for j < len(calls) && s.forwards(c, calls[j]) {
+				j++
+			}
+			q.waitUnforwarded()
+			s.forward(c, calls[i:j])
+			i = j
+			continue
+		}
+		q.waitFilled() // a client's commands run in order
 		cmd := s.batchable(c, calls[i])
 		if cmd == nil {
-			c.buf = appendReply(c.buf, s.call(c, calls[i]), c.proto)
+			q.add(s.call(c, calls[i]), c.proto)
 			i++
 			continue
 		}
 		j := i + 1
-		for j < len(calls) && s.batchable(c, calls[j]) == cmd {
+		for j < len(calls) && s.batchable(c, calls[j]) == cmd && !s.forwards(c, calls[j]) {
 			j++
 		}
-		replies := make([]any, j-i)
-		var wg sync.WaitGroup
-		wg.Add(j - i)
-		s.callBatch(c, cmd, calls[i:j], func(k int, v any) { replies[k] = v; wg.Done() })
-		wg.Wait()
-		for _, reply := range replies {
-			c.buf = appendReply(c.buf, reply, c.proto)
+		s.drain.busy.Add(int64(j - i))
+		first := q.reserve(j-i, c.proto, false)
+		for range j - i {
+			s.opts.Poller.Begin()
 		}
+		// The run's replies go out together, once the last is in (a
+		// lone call's at once).
+		left := new(atomic.Int64)
+		left.Store(int64(j - i))
+		s.callBatch(c, cmd, calls[i:j], func(k int, v any) {
+			q.fillQuiet(first+uint64(k), v)
+			if left.Add(-1) == 0 {
+				q.write()
+			}
+			s.opts.Poller.End()
+			s.drain.busy.Add(-1)
+		})
 		i = j
 	}
-	s.writeReplies(conn, c)
+	q.release()
 	if c.quit {
+		q.waitWritten()
 		conn.Close()
 	}
 }
@@ -109,7 +115,8 @@ func argStrings(args [][]byte) []string {
 // its error.
 func (s *Server) batchable(c *client, args []string) *commands.Command {
 	cmd := s.table.Lookup(args[0])
-	if cmd == nil || cmd.Batch == nil || !c.authed || !cmd.ArityOK(len(args)) || s.permit(c, cmd, nil, args) != nil {
+	if cmd == nil || cmd.Batch == nil || !c.authed || !cmd.ArityOK(len(args)) || s.permit(c, cmd, nil, args) != nil ||
+		c.inSession(Session.InMulti) {
 		return nil
 	}
 	return cmd
@@ -166,6 +173,10 @@ func (s *Server) call(c *client, args []string) (reply any) {
 	}
 	if !c.authed && !noAuthNeeded[cmd.Name] {
 		return errNoAuth
+	}
+	if !s.own[cmd.Name] && c.inSession(Session.InMulti) {
+		s.session(c).Abort() // EXEC answers EXECABORT, as Redis after a refused command
+		return fmt.Errorf("%s is not allowed inside MULTI", strings.ToUpper(args[0]))
 	}
 	if !cmd.ArityOK(len(args)) {
 		return commands.ArityError(args[0])

@@ -65,8 +65,6 @@ type guardedConn struct {
 	deadline   bool // a read deadline (timeout) is set
 	handshaken bool // TLS only
 	closed     atomic.Bool
-	// beforeError, when set, runs before the error is written.
-	beforeError func()
 }
 
 // frameLimits are the limits a Read applies, fixed for its bytes.
@@ -90,9 +88,7 @@ const (
 
 func (c *guardedConn) Read(p []byte) (int, error) {
 	if c.err != nil {
-		if c.beforeError != nil {
-			c.beforeError()
-		}
+		c.repliesFirst()
 		// Best effort: the connection is closed right after.
 		_, _ = c.Conn.Write([]byte("-ERR Protocol error: " + c.err.Error() + "\r\n"))
 		c.linger()
@@ -189,7 +185,7 @@ func (c *guardedConn) read(p []byte) (int, error) {
 			return n, err
 		}
 		switch timeout = c.srv.limits().Timeout; {
-		case c.client != nil && c.client.inflight.Load() > 0:
+		case c.client != nil && c.client.replies.waiting():
 			idleSince = time.Now() // waiting for a reply is not idling
 		case timeout == 0 || time.Since(idleSince) < timeout:
 			// The timeout was turned off or raised (Reload) meanwhile.
@@ -349,13 +345,24 @@ func (c *guardedConn) tooBig(lim frameLimits) string {
 	return fmt.Sprintf("request is larger than max_request_bytes (%d bytes)", lim.maxRequest)
 }
 
-// Write skips empty writes: redcon flushes after every read, also when
-// the reply went out by itself (a lone batch call: handle).
+// Write is redcon's way out, used only for its protocol errors (replies
+// go through the client's queue straight to c.Conn): they follow every
+// reply of the commands before them. Empty writes (redcon flushes after
+// every read) are skipped.
 func (c *guardedConn) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
+	c.repliesFirst()
 	return c.Conn.Write(b)
+}
+
+// repliesFirst waits until the replies of the commands read so far are
+// written.
+func (c *guardedConn) repliesFirst() {
+	if c.client != nil {
+		c.client.replies.waitWritten()
+	}
 }
 
 func (c *guardedConn) fail(at int, msg string) int {

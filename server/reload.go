@@ -2,8 +2,6 @@ package server
 
 import (
 	"crypto/tls"
-
-	"github.com/tidwall/redcon"
 )
 
 // Reload applies what can change while clients are connected: the
@@ -65,19 +63,6 @@ func (s *Server) apply(o Options) error {
 // limits are the limits in force.
 func (s *Server) limits() *Limits { return s.live.Load() }
 
-// bigReply is the size from which a pipeline's replies are written
-// straight to the socket rather than through redcon's writer, which
-// would keep a buffer that big for the rest of the connection's life.
+// bigReply is the size from which a client's reply buffer is dropped
+// once written, rather than kept for the rest of the connection's life.
 const bigReply = 64 * 1024
-
-// writeReplies writes the replies of a pipeline (c.buf).
-func (s *Server) writeReplies(conn redcon.Conn, c *client) {
-	if len(c.buf) < bigReply && !s.draining() {
-		conn.WriteRaw(c.buf)
-		return
-	}
-	// redcon's writer is empty: handle takes a whole pipeline at once.
-	c.conn.Write(c.buf) //nolint:errcheck // a gone client: its reader sees it too
-	c.buf = nil
-	s.memory.soon()
-}

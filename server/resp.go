@@ -20,6 +20,8 @@ func appendReply(b []byte, v any, proto int) []byte {
 		return append(b, "$-1\r\n"...)
 	case error:
 		return appendError(b, x)
+	case rawFrame:
+		return append(b, x...)
 	case commands.Status:
 		return append(append(append(b, '+'), oneline.Scrub(string(x))...), "\r\n"...)
 	case int64:

@@ -49,6 +49,9 @@ type Options struct {
 	Log *slog.Logger
 	// Info adds sections to INFO (e.g. backends, limiters).
 	Info []InfoSection
+	// Forward, when set, is the gateway (passthrough): it runs every
+	// command no table entry owns (forward.go).
+	Forward Forwarder
 	// Poller, when set, is told of every request in progress and lets
 	// client connections poll for the next request before sleeping (see
 	// package busypoll).

@@ -33,7 +33,9 @@ type user struct {
 	hash     [sha256.Size]byte // of the password
 	admin    bool
 	acquire  bool
+	redis    bool     // may run forwarded commands (passthrough)
 	limiters []string // glob patterns; nil: every limiter
+	keys     []string // glob patterns of forwarded commands' keys; nil: every key
 }
 
 // access is who may connect: the users by name. Authentication is
@@ -71,6 +73,8 @@ func newAccess(requirePass string, users []config.User) (*access, error) {
 				u.admin = true
 			case config.CategoryAcquire:
 				u.acquire = true
+			case config.CategoryRedis:
+				u.redis = true
 			default:
 				return nil, fmt.Errorf("user %s: unknown command category %q", cu.Name, c)
 			}
@@ -81,6 +85,13 @@ func newAccess(requirePass string, users []config.User) (*access, error) {
 				break
 			}
 			u.limiters = append(u.limiters, p)
+		}
+		for _, p := range cu.Keys {
+			if p == "*" {
+				u.keys = nil
+				break
+			}
+			u.keys = append(u.keys, p)
 		}
 		a.users[u.name] = u
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/rlproxy/rlproxy/internal/busypoll"
 	"github.com/rlproxy/rlproxy/lease"
 	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/passthrough"
 	"github.com/rlproxy/rlproxy/ratelimit"
 	"github.com/rlproxy/rlproxy/server"
 )
@@ -30,6 +31,7 @@ type Proxy struct {
 	pool     *backend.Pool
 	limiters *ratelimit.Limiters
 	leases   *lease.Service
+	gateway  *passthrough.Gateway // nil without passthrough
 	server   *server.Server
 	metrics  *metrics
 	health   *health
@@ -64,11 +66,24 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	}
 	limiters := ratelimit.New(pool, scripts, limiterOptions(cfg))
 	leases := lease.New(limiters, scripts, lease.Options{KeyPrefix: cfg.KeyPrefix, MaxWaiters: cfg.MaxWaiters})
+	var gw *passthrough.Gateway
+	if cfg.Passthrough {
+		if gw, err = openGateway(cfg, pool, poller); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
 	var srv *server.Server
 	reloads := new(reloadCounts)
 	stats := append(statTable(limiters, leases, &srv, cfg.BusyPoll, poller), reloadStats(reloads)...)
+	if gw != nil {
+		stats = append(stats, passthroughStats(gw)...)
+	}
 	o := frontDoor(cfg)
 	o.Version, o.Log, o.Poller = Version, log, poller
+	if gw != nil {
+		o.Forward = forwarder{gw}
+	}
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: pool.Info, AdminOnly: true}}, infoSections(stats)...)
 	srv = server.New(o, commands.Limiters(limiters, commands.Options{
 		DefaultShards: cfg.DefaultShards,
@@ -77,10 +92,11 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		Changed:       leases.Changed,
 	}), commands.Leases(leases))
 	if err := srv.Listen(); err != nil {
+		gw.Close()
 		pool.Close()
 		return nil, err
 	}
-	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, cfg: cfg, reloads: reloads, done: make(chan error, 1),
+	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, gateway: gw, cfg: cfg, reloads: reloads, done: make(chan error, 1),
 		health: &health{nodes: pool.Nodes(), scripts: scripts.All(), timeout: cfg.BackendTimeout}}
 	if cfg.MetricsListen != "" {
 		p.readyDelay = cfg.ShutdownReadyDelay
@@ -152,6 +168,7 @@ func (p *Proxy) closeRest(err error) error {
 		p.metrics.close()
 		p.limiters.Close()
 		p.leases.Close()
+		p.gateway.Close()
 		p.pool.Close()
 	})
 	return err

@@ -73,6 +73,7 @@ func (p *Proxy) Reload(cfg config.Config) (needRestart []string, err error) {
 func limiterOptions(cfg config.Config) ratelimit.Options {
 	return ratelimit.Options{
 		KeyPrefix:      cfg.KeyPrefix,
+		NativeCellKeys: cfg.Passthrough,
 		MaxProbes:      cfg.MaxProbes,
 		OnBackendError: backendErrorPolicy[cfg.OnBackendError],
 		DenyCache:      cfg.DenyCache,

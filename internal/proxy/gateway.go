@@ -1,0 +1,57 @@
+package proxy
+
+import (
+	"fmt"
+
+	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/busypoll"
+	"github.com/rlproxy/rlproxy/passthrough"
+	"github.com/rlproxy/rlproxy/server"
+)
+
+// openGateway builds the passthrough gateway: to passthrough_backend,
+// else the first backend, else the cluster, else the embedded backend.
+func openGateway(cfg config.Config, pool *backend.Pool, poller *busypoll.Poller) (*passthrough.Gateway, error) {
+	url := cfg.PassthroughBackend
+	var cluster []string
+	switch {
+	case url != "":
+	case len(cfg.Backends) > 0:
+		url = cfg.Backends[0]
+	case len(cfg.Cluster) > 0:
+		url, cluster = cfg.Cluster[0], cfg.Cluster
+	case pool.Embedded():
+		url = "redis://" + pool.EmbeddedAddr()
+	default:
+		return nil, fmt.Errorf("passthrough: set passthrough_backend")
+	}
+	tlsConf, err := backend.URLTLS(url, backend.TLSFiles{CAFile: cfg.BackendTLSCAFile, CertFile: cfg.BackendTLSCertFile, KeyFile: cfg.BackendTLSKeyFile})
+	if err != nil {
+		return nil, fmt.Errorf("passthrough_backend: %w", err)
+	}
+	return passthrough.New(passthrough.Options{
+		URL: url, Cluster: cluster, TLS: tlsConf, KeyPrefix: cfg.KeyPrefix,
+		MaxPinned: cfg.PassthroughMaxPinned, Timeout: cfg.BackendTimeout, Poller: poller,
+	})
+}
+
+// forwarder is the gateway as the server sees it.
+type forwarder struct{ g *passthrough.Gateway }
+
+func (f forwarder) Open(push func([]byte), flush, kill func()) server.Session {
+	return f.g.Open(push, flush, kill)
+}
+func (f forwarder) Keys(args []string) []string { return passthrough.Keys(args) }
+
+// passthroughStats are the INFO # Passthrough figures and their metrics.
+func passthroughStats(g *passthrough.Gateway) []stat {
+	return []stat{
+		{"Passthrough", "forwarded", "passthrough_forwarded_total", "Commands forwarded to the backend (passthrough).", false,
+			func() int64 { return g.Stats().Forwarded }},
+		{"Passthrough", "pinned_connections", "passthrough_pinned_connections", "Backend connections pinned to clients now (MULTI, blocking commands, Pub/Sub, SELECT, CLIENT TRACKING).", true,
+			func() int64 { return g.Stats().Pinned }},
+		{"Passthrough", "forward_errors", "passthrough_forward_errors_total", "Forwarded commands answered an error because a backend connection broke.", false,
+			func() int64 { return g.Stats().Errors }},
+	}
+}

@@ -1,0 +1,300 @@
+package passthrough
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlproxy/rlproxy/internal/busypoll"
+)
+
+// reply receives one command's reply: the frame as the backend sent it,
+// or the error that broke the connection before it came.
+type reply func(frame []byte, err error)
+
+// waiter is a command written to a backend connection, waiting for its
+// reply. A (P|S)SUBSCRIBE or (P|S)UNSUBSCRIBE is answered by one
+// confirmation frame per channel: confirms counts them down, and the
+// frames are relayed together as its reply.
+type waiter struct {
+	s         *Session // whose command it is: flushed after a run of replies
+	reply     reply
+	confirms  int
+	frames    []byte
+	redirects int // MOVED/ASK followed (cluster)
+}
+
+// conn is one backend connection. Commands are written in order (one
+// write for all that queued while the previous write was under way: many
+// clients' commands share it) and a reader goroutine hands the replies
+// back in the same order. Frames a command did not ask for (Pub/Sub
+// messages, RESP3 pushes) go to the owner session's push.
+type conn struct {
+	nc   net.Conn
+	addr string // the node's
+
+	mu      sync.Mutex
+	out     []byte
+	spare   []byte
+	writing bool
+	waiters []*waiter
+	err     error // once set, the connection is done
+
+	// owner is the session a pinned connection serves (nil on shared
+	// ones): it takes the frames no command asked for (Pub/Sub messages,
+	// RESP3 pushes) and sees every (un)subscribe confirmation.
+	owner atomic.Pointer[Session]
+	// subscribed: RESP2 arrays may be Pub/Sub messages (set by the session
+	// when it sends a subscribe, cleared when no subscription is left).
+	subscribed atomic.Bool
+	done       chan struct{} // closed when the reader ends
+}
+
+// dialOptions say how to reach the backend and open a connection.
+type dialOptions struct {
+	addr     string
+	username string
+	password string
+	db       int
+	tls      *tls.Config
+	timeout  time.Duration
+	poller   *busypoll.Poller
+}
+
+// dial connects and prepares a connection for protocol proto: HELLO 3
+// for RESP3 clients, AUTH and SELECT as the backend's URL says.
+func dial(ctx context.Context, o dialOptions, proto int) (*conn, error) {
+	d := net.Dialer{Timeout: o.timeout}
+	nc, err := d.DialContext(ctx, "tcp", o.addr)
+	if err != nil {
+		return nil, err
+	}
+	nc = o.poller.Wrap(nc, 1) // polls for the reply of the one request in progress
+	if o.tls != nil {
+		tc := tls.Client(nc, o.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		nc = tc
+	}
+	var setup [][]string
+	switch {
+	case proto == 3 && o.password != "":
+		setup = append(setup, []string{"HELLO", "3", "AUTH", userOrDefault(o.username), o.password})
+	case proto == 3:
+		setup = append(setup, []string{"HELLO", "3"})
+	case o.password != "" && o.username != "":
+		setup = append(setup, []string{"AUTH", o.username, o.password})
+	case o.password != "":
+		setup = append(setup, []string{"AUTH", o.password})
+	}
+	if o.db != 0 {
+		setup = append(setup, []string{"SELECT", strconv.Itoa(o.db)})
+	}
+	r := bufio.NewReaderSize(nc, 32<<10)
+	if len(setup) > 0 {
+		var b []byte
+		for _, cmd := range setup {
+			b = appendCommand(b, cmd)
+		}
+		_ = nc.SetDeadline(time.Now().Add(o.timeout))
+		if _, err := nc.Write(b); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		for _, cmd := range setup {
+			f, err := readFrame(r)
+			if err == nil && len(f) > 0 && f[0] == '-' {
+				err = fmt.Errorf("%s: %s", cmd[0], f[1:len(f)-2])
+			}
+			if err != nil {
+				nc.Close()
+				return nil, err
+			}
+		}
+		_ = nc.SetDeadline(time.Time{})
+	}
+	c := &conn{nc: nc, addr: o.addr, done: make(chan struct{})}
+	go c.read(r)
+	return c, nil
+}
+
+func userOrDefault(u string) string {
+	if u == "" {
+		return "default"
+	}
+	return u
+}
+
+// send writes commands; each reply comes through its waiter. On a broken
+// connection every waiter is answered the error at once.
+func (c *conn) send(cmds [][]string, ws []*waiter) {
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		for _, w := range ws {
+			w.reply(nil, err)
+		}
+		return
+	}
+	for _, cmd := range cmds {
+		c.out = appendCommand(c.out, cmd)
+	}
+	c.waiters = append(c.waiters, ws...)
+	for len(c.out) > 0 && !c.writing && c.err == nil {
+		c.writing = true
+		b := c.out
+		c.out = c.spare[:0]
+		c.mu.Unlock()
+		_, err := c.nc.Write(b)
+		c.mu.Lock()
+		c.writing = false
+		c.spare = b[:0]
+		if err != nil {
+			c.mu.Unlock()
+			c.fail(err)
+			return
+		}
+	}
+	c.mu.Unlock()
+}
+
+// read hands each frame to the waiter at the head, in order. Replies
+// are filled quietly and each client's are written once the frames read
+// so far are handed out (flushing), so a pipeline's replies go to the
+// client in one write.
+func (c *conn) read(r *bufio.Reader) {
+	defer close(c.done)
+	var got flushing
+	for {
+		f, err := readFrame(r)
+		if err != nil {
+			got.flush()
+			c.fail(err)
+			return
+		}
+		s, ok := c.deliver(f)
+		if !ok {
+			got.flush()
+			c.fail(errors.New("a reply nobody asked for"))
+			return
+		}
+		got.add(s)
+		if r.Buffered() == 0 {
+			got.flush()
+		}
+	}
+}
+
+// flushing are the sessions that got replies not yet written.
+type flushing []*Session
+
+func (f *flushing) add(s *Session) {
+	if s != nil && !slices.Contains(*f, s) {
+		*f = append(*f, s)
+	}
+}
+
+func (f *flushing) flush() {
+	for i, s := range *f {
+		s.flush()
+		(*f)[i] = nil
+	}
+	*f = (*f)[:0]
+}
+
+// deliver gives a frame to its waiter (and returns the waiter's
+// session), or to the owner's push.
+func (c *conn) deliver(f []byte) (*Session, bool) {
+	if s := c.owner.Load(); s != nil {
+		if kind, channel, push, ok := pubsubFrame(f); ok && (push || c.subscribed.Load()) {
+			switch kind {
+			case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
+				s.confirmed(c, kind, channel)
+				c.mu.Lock()
+				if len(c.waiters) > 0 && c.waiters[0].confirms > 0 {
+					w := c.waiters[0]
+					w.frames = append(w.frames, f...)
+					if w.confirms--; w.confirms == 0 {
+						c.waiters = c.waiters[1:]
+						c.mu.Unlock()
+						w.reply(w.frames, nil)
+						return w.s, true
+					}
+					c.mu.Unlock()
+					return nil, true
+				}
+				c.mu.Unlock()
+				s.push(f) // e.g. a shard channel's slot moved
+				return nil, true
+			case "message", "pmessage", "smessage", "invalidate":
+				s.push(f)
+				return nil, true
+			}
+			if push {
+				s.push(f)
+				return nil, true
+			}
+		}
+	}
+	c.mu.Lock()
+	if len(c.waiters) == 0 {
+		c.mu.Unlock()
+		return nil, false
+	}
+	w := c.waiters[0]
+	c.waiters[0] = nil
+	c.waiters = c.waiters[1:]
+	c.mu.Unlock()
+	w.reply(f, nil)
+	return w.s, true
+}
+
+// fail ends the connection: every waiter is answered err.
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = fmt.Errorf("passthrough backend connection broken: %w", err)
+	ws := c.waiters
+	c.waiters = nil
+	c.mu.Unlock()
+	c.nc.Close()
+	var got flushing
+	for _, w := range ws {
+		w.reply(nil, c.err)
+		got.add(w.s)
+	}
+	got.flush()
+	if s := c.owner.Load(); s != nil {
+		s.pinBroken(c, len(ws) > 0)
+	}
+}
+
+// broken reports whether the connection is done.
+func (c *conn) broken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err != nil
+}
+
+// idle reports whether no reply is awaited.
+func (c *conn) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters) == 0 && c.err == nil
+}
+
+func (c *conn) close() { c.fail(errors.New("closed")) }

@@ -1,0 +1,305 @@
+// Package passthrough makes rlproxy a gateway: the commands rlproxy does
+// not own are forwarded to a backend Redis and their replies relayed
+// unchanged, as raw RESP frames in the protocol the client negotiated.
+//
+// Most commands share a few pipelined backend connections per protocol
+// (RESP2, RESP3): many clients' commands go out in one write and the
+// replies come back in order, each to its client (conn.go). A client's
+// commands stay on one connection, so they run in the order it sent them.
+// Commands that hold connection state run on a connection pinned to the
+// client until the state ends: MULTI ... EXEC (and WATCH), blocking
+// commands, Pub/Sub, SELECT of another database, CLIENT TRACKING.
+//
+// The package also keeps rlproxy's own keys out of reach (any key that
+// starts with the key prefix) and refuses the commands a proxy cannot
+// relay (MONITOR, replication, SHUTDOWN, ...).
+package passthrough
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/internal/busypoll"
+)
+
+// Options configure a Gateway.
+type Options struct {
+	// URL is the backend's redis:// or rediss:// URL (user, password and
+	// database as in it).
+	URL string
+	// Cluster are seed URLs of a Redis Cluster (instead of URL): commands
+	// go to the primary of their keys' slot, following MOVED and ASK.
+	Cluster []string
+	// TLS is the client TLS config for a rediss:// URL.
+	TLS *tls.Config
+	// KeyPrefix is rlproxy's key prefix: keys starting with it are refused.
+	KeyPrefix string
+	// MaxPinned bounds the connections pinned to clients.
+	MaxPinned int
+	// Conns is the number of shared connections per protocol
+	// (defaults to 4).
+	Conns int
+	// Timeout bounds dialing and a new connection's setup.
+	Timeout time.Duration
+	// Poller, when set, lets backend connections poll for replies at
+	// light load (package busypoll).
+	Poller *busypoll.Poller
+}
+
+// Stats are the gateway's counters.
+type Stats struct {
+	Forwarded int64 // commands sent to the backend
+	Pinned    int64 // connections pinned to clients now
+	Errors    int64 // commands answered an error because a backend connection broke
+}
+
+// Gateway forwards clients' commands to one backend.
+type Gateway struct {
+	o    Options
+	dial dialOptions
+
+	cluster *slots // Redis Cluster's slot map; nil for one server
+
+	mu     sync.Mutex
+	shared map[string]*[2][]*conn // by node address, then protocol (RESP2, RESP3)
+	idle   map[string]*[2][]*conn // pinned connections free for reuse
+	closed bool
+
+	pinned    atomic.Int64
+	forwarded atomic.Int64
+	errs      atomic.Int64
+	sessions  atomic.Uint64
+}
+
+// maxIdle is how many freed pinned connections are kept for reuse.
+const maxIdle = 16
+
+// New returns a gateway to the backend at o.URL; connections are made
+// when first needed.
+func New(o Options) (*Gateway, error) {
+	url := o.URL
+	if len(o.Cluster) > 0 {
+		url = o.Cluster[0]
+	}
+	u, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("passthrough_backend: %w", err)
+	}
+	if o.Conns <= 0 {
+		o.Conns = 4
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	tlsConf := o.TLS
+	if tlsConf == nil {
+		tlsConf = u.TLSConfig
+	}
+	g := &Gateway{o: o, dial: dialOptions{addr: u.Addr, username: u.Username, password: u.Password,
+		db: u.DB, tls: tlsConf, timeout: o.Timeout, poller: o.Poller}}
+	g.shared, g.idle = map[string]*[2][]*conn{}, map[string]*[2][]*conn{}
+	if len(o.Cluster) > 0 {
+		g.cluster = &slots{}
+		for _, seed := range o.Cluster {
+			su, err := redis.ParseURL(seed)
+			if err != nil {
+				return nil, fmt.Errorf("cluster: %w", err)
+			}
+			g.cluster.seeds = append(g.cluster.seeds, su.Addr)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+		defer cancel()
+		if err := g.loadSlots(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Stats returns the counters.
+func (g *Gateway) Stats() Stats {
+	return Stats{Forwarded: g.forwarded.Load(), Pinned: g.pinned.Load(), Errors: g.errs.Load()}
+}
+
+// Close closes every backend connection. A nil Gateway does nothing.
+func (g *Gateway) Close() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.closed = true
+	var all []*conn
+	for _, m := range []map[string]*[2][]*conn{g.shared, g.idle} {
+		for _, byProto := range m {
+			for _, conns := range byProto {
+				for _, c := range conns {
+					if c != nil {
+						all = append(all, c)
+					}
+				}
+			}
+		}
+	}
+	g.idle = map[string]*[2][]*conn{}
+	g.mu.Unlock()
+	for _, c := range all {
+		c.close()
+	}
+}
+
+var errClosed = errors.New("passthrough is closed")
+
+// sharedConnAt returns the shared connection of a session (by its
+// number) to the node at addr, dialing it anew when it broke.
+func (g *Gateway) sharedConnAt(addr string, id uint64, proto int) (*conn, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, errClosed
+	}
+	byProto := g.shared[addr]
+	if byProto == nil {
+		byProto = &[2][]*conn{make([]*conn, g.o.Conns), make([]*conn, g.o.Conns)}
+		g.shared[addr] = byProto
+	}
+	slots := byProto[proto-2]
+	i := int(id % uint64(len(slots)))
+	if c := slots[i]; c != nil && !c.broken() {
+		return c, nil
+	}
+	c, err := g.dialAt(addr, proto)
+	if err != nil {
+		return nil, err
+	}
+	slots[i] = c
+	return c, nil
+}
+
+// dialAt opens a connection to the node at addr.
+func (g *Gateway) dialAt(addr string, proto int) (*conn, error) {
+	o := g.dial
+	o.addr = addr
+	if g.cluster != nil {
+		o.db = 0 // a cluster has database 0 only
+	}
+	return dial(context.Background(), o, proto)
+}
+
+var errMaxPinned = errors.New("ERR max number of pinned connections reached")
+
+// pin returns a connection to the node at addr for one client alone.
+func (g *Gateway) pin(s *Session, proto int, addr string) (*conn, error) {
+	if g.pinned.Add(1) > int64(g.o.MaxPinned) {
+		g.pinned.Add(-1)
+		return nil, errMaxPinned
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		g.pinned.Add(-1)
+		return nil, errClosed
+	}
+	var c *conn
+	if idle := g.idle[addr]; idle != nil {
+		for n := len(idle[proto-2]); n > 0 && c == nil; n-- {
+			c = idle[proto-2][n-1]
+			idle[proto-2] = idle[proto-2][:n-1]
+			if c.broken() {
+				c = nil
+			}
+		}
+	}
+	g.mu.Unlock()
+	if c == nil {
+		var err error
+		if c, err = g.dialAt(addr, proto); err != nil {
+			g.pinned.Add(-1)
+			return nil, err
+		}
+	}
+	c.owner.Store(s)
+	return c, nil
+}
+
+// unpin takes a pinned connection back: kept for reuse when its state is
+// clean (clean), else closed.
+func (g *Gateway) unpin(c *conn, proto int, clean bool) {
+	g.pinned.Add(-1)
+	c.owner.Store(nil)
+	c.subscribed.Store(false)
+	if clean && c.idle() {
+		g.mu.Lock()
+		idle := g.idle[c.addr]
+		if idle == nil {
+			idle = &[2][]*conn{}
+			g.idle[c.addr] = idle
+		}
+		if !g.closed && len(idle[proto-2]) < maxIdle {
+			idle[proto-2] = append(idle[proto-2], c)
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+	}
+	c.close()
+}
+
+// refused are the commands a proxy cannot relay: they take over the
+// connection (MONITOR, SYNC), change the server's role or stop it.
+var refused = map[string]bool{
+	"MONITOR": true, "SYNC": true, "PSYNC": true, "REPLICAOF": true, "SLAVEOF": true,
+	"SHUTDOWN": true, "DEBUG": true, "FAILOVER": true, "CLUSTER": true,
+}
+
+// blocking are the commands that may block the connection.
+var blocking = map[string]bool{
+	"BLPOP": true, "BRPOP": true, "BLMOVE": true, "BRPOPLPUSH": true, "BLMPOP": true,
+	"BZPOPMIN": true, "BZPOPMAX": true, "BZMPOP": true, "WAIT": true, "WAITAOF": true,
+}
+
+// blocks reports whether a command may block: the blocking commands, and
+// XREAD/XREADGROUP with BLOCK.
+func blocks(name string, args []string) bool {
+	if blocking[name] {
+		return true
+	}
+	if name == "XREAD" || name == "XREADGROUP" {
+		for _, a := range args[1:] {
+			if strings.EqualFold(a, "BLOCK") {
+				return true
+			}
+			if strings.EqualFold(a, "STREAMS") {
+				break
+			}
+		}
+	}
+	return false
+}
+
+// errorFrame is an error reply on the wire.
+func errorFrame(msg string) []byte {
+	msg = strings.NewReplacer("\r", " ", "\n", " ").Replace(msg)
+	return []byte("-" + msg + "\r\n")
+}
+
+var (
+	okFrame      = []byte("+OK\r\n")
+	noPermFrame  = errorFrame("NOPERM No permissions to access a key")
+	execAbort    = errorFrame("EXECABORT Transaction discarded because of previous errors.")
+	errMaxPinRep = errorFrame(errMaxPinned.Error())
+)
+
+func brokenFrame(err error) []byte {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "ERR ") {
+		msg = "ERR " + msg
+	}
+	return errorFrame(msg)
+}

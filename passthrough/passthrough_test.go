@@ -1,0 +1,92 @@
+package passthrough
+
+import (
+	"bufio"
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/rlproxy/rlproxy/internal/redistest"
+)
+
+// TestReadFrame reads frames of every RESP2 and RESP3 type, nested, back
+// to back: each comes out byte for byte, and the next starts where it
+// ended.
+func TestReadFrame(t *testing.T) {
+	frames := []string{
+		"+OK\r\n", "-ERR bad\r\n", ":42\r\n", "$5\r\nhe\r\no\r\n", "$-1\r\n", "$0\r\n\r\n",
+		"*-1\r\n", "*0\r\n", "*2\r\n$1\r\na\r\n*1\r\n:1\r\n",
+		"_\r\n", "#t\r\n", ",1.5\r\n", ",inf\r\n", "(3492890328409238509324850943850943825024385\r\n",
+		"=15\r\ntxt:Some string\r\n", "!9\r\nSYNTAX xx\r\n",
+		"%2\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n~2\r\n:1\r\n:2\r\n",
+		">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n",
+		"|1\r\n+key-popularity\r\n%1\r\n$1\r\na\r\n,0.19\r\n*1\r\n:2\r\n", // an attribute, then its reply
+	}
+	r := bufio.NewReader(strings.NewReader(strings.Join(frames, "")))
+	for _, want := range frames {
+		got, err := readFrame(r)
+		if err != nil || string(got) != want {
+			t.Fatalf("readFrame = %q, %v; want %q", got, err, want)
+		}
+	}
+	for _, bad := range []string{"?x\r\n", "$5\r\nab\r\n", "*1\n", "$99999999999999\r\n"} {
+		if _, err := readFrame(bufio.NewReader(strings.NewReader(bad))); err == nil {
+			t.Errorf("readFrame(%q) took it", bad)
+		}
+	}
+}
+
+// TestKeysAsRedisFindsThem compares Keys with COMMAND GETKEYS of a real
+// redis-server, for commands with fixed key positions and for those
+// whose keys move with their arguments.
+func TestKeysAsRedisFindsThem(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	ctx := context.Background()
+	for _, args := range [][]string{
+		{"GET", "a"}, {"SET", "a", "1", "EX", "10"}, {"MSET", "a", "1", "b", "2"}, {"DEL", "a", "b", "c"},
+		{"RENAME", "a", "b"}, {"BLPOP", "a", "b", "0"}, {"BLMOVE", "a", "b", "LEFT", "RIGHT", "0"},
+		{"OBJECT", "ENCODING", "a"}, {"XGROUP", "CREATE", "s", "g", "$"}, {"XINFO", "STREAM", "s"},
+		{"EVAL", "return 1", "2", "a", "b", "c"}, {"FCALL", "f", "1", "a", "x"},
+		{"ZUNIONSTORE", "d", "2", "a", "b", "WEIGHTS", "1", "2"}, {"ZINTER", "2", "a", "b"},
+		{"LMPOP", "2", "a", "b", "LEFT"}, {"BZMPOP", "0", "2", "a", "b", "MIN"}, {"SINTERCARD", "2", "a", "b"},
+		{"XREAD", "COUNT", "1", "STREAMS", "a", "b", "0", "0"}, {"XREADGROUP", "GROUP", "g", "c", "STREAMS", "a", "0"},
+		{"SORT", "a", "BY", "w*", "STORE", "d"}, {"GEORADIUS", "a", "0", "0", "1", "km", "STORE", "d"},
+		{"MIGRATE", "h", "1", "", "0", "10", "KEYS", "a", "b"}, {"WATCH", "a", "b"}, {"PFMERGE", "d", "a", "b"},
+	} {
+		want, err := rdb.Do(ctx, append([]any{"COMMAND", "GETKEYS"}, toAny(args)...)...).StringSlice()
+		if err != nil {
+			t.Fatalf("COMMAND GETKEYS %v: %v", args, err)
+		}
+		if got := Keys(args); !reflect.DeepEqual(got, want) {
+			t.Errorf("Keys(%q) = %q, Redis finds %q", args, got, want)
+		}
+	}
+	// Every command of the table is one Redis has, with the same key
+	// positions.
+	info, err := rdb.Command(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, spec := range keySpecs {
+		if strings.Contains(name, "|") {
+			continue
+		}
+		ci := info[strings.ToLower(name)]
+		if ci == nil {
+			t.Errorf("%s is in the table but not in Redis's COMMAND INFO", name)
+			continue
+		}
+		if got := (keySpec{int(ci.FirstKeyPos), int(ci.LastKeyPos), int(ci.StepCount)}); got != spec {
+			t.Errorf("%s: table %v, Redis %v", name, spec, got)
+		}
+	}
+}
+
+func toAny(args []string) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a
+	}
+	return out
+}

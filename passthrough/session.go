@@ -1,0 +1,419 @@
+package passthrough
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Session is one client's way to the backend: which connection its
+// commands go to (shared, or pinned to it while it holds connection
+// state) and that state.
+type Session struct {
+	g     *Gateway
+	id    uint64
+	push  func(frame []byte) // relays a frame no command asked for
+	flush func()             // writes the replies filled so far
+	kill  func()             // closes the client once its replies are out
+
+	mu      sync.Mutex
+	drained sync.Cond // out fell to 0
+	route   *conn     // where the latest commands went
+	out     int       // replies awaited from route
+	pin     *conn     // the connection pinned to this client, or nil
+	proto   int       // the pinned connection's protocol
+	shared  [2]*conn  // the shared connections it uses, by protocol
+
+	multi, aborted bool // in MULTI; a command was refused while queuing
+	// In a cluster, MULTI waits for the first command of the transaction
+	// (its keys name the node), which is sent after it.
+	multiPending bool
+	watching     bool
+	tracking     bool
+	selected     bool                       // SELECTed another database: pinned for life
+	subs         map[string]map[string]bool // subscriptions by kind ("subscribe", ...)
+	closed       bool
+}
+
+// Open starts a client's session. push relays a frame the backend sent
+// by itself (a Pub/Sub message, an invalidation) after the replies
+// before it and writes what is ready; Forward's replies are written when
+// flush is called (after each run of replies read from a backend
+// connection); kill closes the client's connection once its replies are
+// written (its pinned backend connection broke).
+func (g *Gateway) Open(push func(frame []byte), flush, kill func()) *Session {
+	s := &Session{g: g, id: g.sessions.Add(1), push: push, flush: flush, kill: kill}
+	s.drained.L = &s.mu
+	return s
+}
+
+// InMulti reports whether a MULTI is open.
+func (s *Session) InMulti() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.multi
+}
+
+// Abort marks the open MULTI as failed: EXEC will answer EXECABORT, as
+// Redis does after a command refused while queuing.
+func (s *Session) Abort() {
+	s.mu.Lock()
+	s.aborted = s.multi
+	s.mu.Unlock()
+}
+
+// Subscribed reports whether the client has a subscription.
+func (s *Session) Subscribed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.subs) > 0
+}
+
+// Close ends the session (the client left, or sent RESET): its pinned
+// connection is closed, which ends a blocked command or subscription.
+func (s *Session) Close() {
+	s.mu.Lock()
+	s.closed = true
+	pin := s.pin
+	s.pin = nil
+	s.mu.Unlock()
+	if pin != nil {
+		s.g.unpin(pin, s.proto, false)
+	}
+}
+
+// batch is a run of commands for one connection, written at once.
+type batch struct {
+	c    *conn
+	cmds [][]string
+	ws   []*waiter
+}
+
+func (b *batch) flush() {
+	if len(b.cmds) > 0 {
+		b.c.send(b.cmds, b.ws)
+	}
+	b.c, b.cmds, b.ws = nil, nil, nil
+}
+
+// Forward runs calls in order on the backend; reply(i, frame) gives
+// call i's reply frame exactly once, perhaps later and on another
+// goroutine, followed (soon) by a call of the session's flush.
+func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame []byte)) {
+	var b batch
+	defer b.flush()
+	for i, args := range calls {
+		name := strings.ToUpper(args[0])
+		if refused[name] {
+			reply(i, errorFrame("ERR '"+strings.ToLower(args[0])+"' is not supported by rlproxy"))
+			continue
+		}
+		if s.g.o.KeyPrefix != "" && s.ownKey(args) {
+			reply(i, noPermFrame)
+			continue
+		}
+		s.mu.Lock()
+		step := s.plan(name, args)
+		if step.local != nil {
+			s.mu.Unlock()
+			reply(i, step.local)
+			continue
+		}
+		addr := s.g.dial.addr
+		if s.g.cluster != nil {
+			slot, refusal := route(name, args)
+			if refusal != nil {
+				s.mu.Unlock()
+				reply(i, refusal)
+				continue
+			}
+			addr = s.g.cluster.node(slot)
+		}
+		begin := s.multiPending // the transaction's first command: MULTI goes first
+		target, err := s.target(step.pin || begin, proto, &b, addr)
+		if err != nil {
+			s.undo()
+			s.mu.Unlock()
+			if err == errMaxPinned {
+				reply(i, errMaxPinRep)
+			} else {
+				s.g.errs.Add(1)
+				reply(i, brokenFrame(err))
+			}
+			continue
+		}
+		s.apply(step, target)
+		if begin {
+			s.multiPending = false
+		}
+		s.out++
+		s.mu.Unlock()
+		if b.c != target {
+			b.flush()
+			b.c = target
+		}
+		if begin { // MULTI's +OK was answered when it came
+			b.cmds = append(b.cmds, []string{"MULTI"})
+			b.ws = append(b.ws, &waiter{s: s, reply: func([]byte, error) {}})
+			step.pin = true
+		}
+		cmd := args
+		if step.send != nil {
+			cmd = step.send
+		}
+		b.cmds = append(b.cmds, cmd)
+		b.ws = append(b.ws, s.waiter(i, target, step, reply, cmd, proto))
+		s.g.forwarded.Add(1)
+	}
+}
+
+// step is what one command does to the session.
+type step struct {
+	local    []byte   // answered here, not forwarded
+	pin      bool     // needs a pinned connection
+	send     []string // sent in its place (DISCARD for an aborted EXEC)
+	answer   []byte   // its reply in place of the backend's
+	confirms int      // (un)subscribe: confirmation frames it gets
+	set      func()   // the state change, once it is sent
+}
+
+// plan decides what a command does (s.mu held).
+func (s *Session) plan(name string, args []string) step {
+	pinned := s.pin != nil
+	switch name {
+	case "SELECT":
+		n, err := strconv.Atoi(args[min(1, len(args)-1)])
+		if err == nil && n == 0 && !pinned {
+			return step{local: okFrame}
+		}
+		return step{pin: true, set: func() { s.selected = s.selected || n != 0 }}
+	case "CLIENT":
+		if len(args) > 2 && strings.EqualFold(args[1], "TRACKING") {
+			if strings.EqualFold(args[2], "ON") {
+				return step{pin: true, set: func() { s.tracking = true }}
+			}
+			if !pinned {
+				return step{local: okFrame}
+			}
+			return step{pin: true, set: func() { s.tracking = false }}
+		}
+	case "MULTI":
+		if s.g.cluster != nil && !pinned && !s.multi {
+			s.multi, s.aborted, s.multiPending = true, false, true
+			return step{local: okFrame}
+		}
+		return step{pin: true, set: func() { s.multi, s.aborted = true, false }}
+	case "EXEC", "DISCARD":
+		if s.multiPending { // nothing queued
+			aborted := s.aborted
+			s.multi, s.aborted, s.multiPending = false, false, false
+			switch {
+			case name == "DISCARD":
+				return step{local: okFrame}
+			case aborted:
+				return step{local: execAbort}
+			}
+			return step{local: []byte("*0\r\n")}
+		}
+		if !pinned {
+			break
+		}
+		st := step{pin: true, set: func() { s.multi, s.aborted, s.watching = false, false, false }}
+		if name == "EXEC" && s.multi && s.aborted {
+			st.send, st.answer = []string{"DISCARD"}, execAbort
+		}
+		return st
+	case "WATCH":
+		return step{pin: true, set: func() { s.watching = true }}
+	case "UNWATCH":
+		if pinned {
+			return step{pin: true, set: func() { s.watching = s.multi && s.watching }}
+		}
+	case "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE":
+		return step{pin: true, confirms: max(len(args)-1, 1)}
+	}
+	if kind, ok := unsubscribes[name]; ok {
+		n := len(args) - 1
+		if n == 0 {
+			n = max(len(s.subs[kind]), 1)
+		}
+		return step{pin: true, confirms: n}
+	}
+	if blocks(name, args) {
+		return step{pin: true}
+	}
+	return step{pin: pinned}
+}
+
+// unsubscribes maps each unsubscribe command to the kind of
+// subscription it ends.
+var unsubscribes = map[string]string{"UNSUBSCRIBE": "subscribe", "PUNSUBSCRIBE": "psubscribe", "SUNSUBSCRIBE": "ssubscribe"}
+
+// target returns the connection to the node at addr a command goes to,
+// pinning one if need be. When the client's commands change connection,
+// the earlier ones' replies are awaited first, so the backend runs them
+// in the order sent.
+func (s *Session) target(pin bool, proto int, b *batch, addr string) (*conn, error) {
+	if s.closed {
+		return nil, errClosed
+	}
+	var c *conn
+	switch {
+	case pin && s.pin != nil:
+		c = s.pin
+	case pin:
+		s.settle(b, nil)
+		p, err := s.g.pin(s, proto, addr)
+		if err != nil {
+			return nil, err
+		}
+		s.pin, s.proto = p, proto
+		c = p
+	case s.g.cluster != nil:
+		var err error
+		if c, err = s.g.sharedConnAt(addr, s.id, proto); err != nil {
+			return nil, err
+		}
+	default:
+		if c = s.shared[proto-2]; c == nil || c.broken() {
+			var err error
+			if c, err = s.g.sharedConnAt(addr, s.id, proto); err != nil {
+				return nil, err
+			}
+			s.shared[proto-2] = c
+		}
+	}
+	s.settle(b, c)
+	return c, nil
+}
+
+// settle waits for the replies awaited from another connection than c
+// (s.mu held; the batch is written first).
+func (s *Session) settle(b *batch, c *conn) {
+	if s.route == c || s.out == 0 {
+		s.route = c
+		return
+	}
+	s.mu.Unlock()
+	b.flush()
+	s.mu.Lock()
+	for s.out > 0 {
+		s.drained.Wait()
+	}
+	s.route = c
+}
+
+// apply records a sent command's state change (s.mu held).
+func (s *Session) apply(st step, c *conn) {
+	if st.set != nil {
+		st.set()
+	}
+	if st.confirms > 0 {
+		c.subscribed.Store(true)
+	}
+}
+
+// undo gives back a pin taken for a command that was not sent.
+func (s *Session) undo() {
+	if s.pin != nil && s.out == 0 && !s.needsPin() {
+		pin := s.pin
+		s.pin = nil
+		s.g.unpin(pin, s.proto, true)
+	}
+}
+
+// needsPin reports whether the client holds connection state (s.mu held).
+func (s *Session) needsPin() bool {
+	return s.multi || s.watching || s.tracking || s.selected || len(s.subs) > 0
+}
+
+// waiter answers call i and, once nothing is awaited and no state is
+// held, gives the pinned connection back. In a cluster, a MOVED or ASK
+// is followed: cmd goes again to the node named.
+func (s *Session) waiter(i int, c *conn, st step, reply func(int, []byte), cmd []string, proto int) *waiter {
+	w := &waiter{s: s, confirms: st.confirms}
+	w.reply = func(f []byte, err error) {
+		if err == nil && s.g.cluster != nil && len(f) > 0 && f[0] == '-' && !st.pin && s.follow(w, cmd, proto, f) {
+			return
+		}
+		if err != nil {
+			s.g.errs.Add(1)
+			f = brokenFrame(err)
+		} else if st.answer != nil {
+			f = st.answer
+		}
+		s.mu.Lock()
+		s.out--
+		if s.out == 0 {
+			s.drained.Broadcast()
+		}
+		pin := s.pin
+		release := pin == c && s.out == 0 && !s.needsPin()
+		if release {
+			s.pin = nil
+		}
+		s.mu.Unlock()
+		if release {
+			s.g.unpin(pin, s.proto, err == nil)
+		}
+		reply(i, f)
+		if err != nil && pin == c && c != nil {
+			s.kill() // its MULTI or subscription cannot go on silently
+		}
+	}
+	return w
+}
+
+// confirmed follows the client's subscriptions from the backend's
+// confirmations.
+func (s *Session) confirmed(c *conn, kind, channel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if strings.Contains(kind, "unsubscribe") {
+		kind = strings.Replace(kind, "unsubscribe", "subscribe", 1)
+		delete(s.subs[kind], channel)
+		if len(s.subs[kind]) == 0 {
+			delete(s.subs, kind)
+		}
+	} else {
+		if s.subs == nil {
+			s.subs = map[string]map[string]bool{}
+		}
+		if s.subs[kind] == nil {
+			s.subs[kind] = map[string]bool{}
+		}
+		s.subs[kind][channel] = true
+	}
+	if len(s.subs) == 0 {
+		c.subscribed.Store(false)
+	}
+}
+
+// pinBroken ends a session whose pinned connection broke: the client is
+// told (unless a reply already carried the error) and disconnected.
+func (s *Session) pinBroken(c *conn, answered bool) {
+	s.mu.Lock()
+	if s.pin != c {
+		s.mu.Unlock()
+		return
+	}
+	s.pin = nil
+	s.multi, s.watching, s.tracking, s.selected, s.subs = false, false, false, false, nil
+	s.mu.Unlock()
+	s.g.pinned.Add(-1)
+	c.owner.Store(nil)
+	if !answered {
+		s.push(brokenFrame(c.err))
+	}
+	s.kill()
+}
+
+// ownKey reports whether a command names one of rlproxy's own keys.
+func (s *Session) ownKey(args []string) bool {
+	for _, k := range Keys(args) {
+		if strings.HasPrefix(k, s.g.o.KeyPrefix) {
+			return true
+		}
+	}
+	return false
+}

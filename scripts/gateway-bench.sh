@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# gateway-bench.sh: rlproxy's gateway (passthrough) against Redis direct,
+# with redis-benchmark's own GET and SET tests as the load. Rounds
+# alternate direct and gateway; the table gives the medians.
+#
+#   scenarios: 50 connections unpipelined (p1) and x pipeline 16 (p16) on
+#   an uncapped Redis; the same on a Redis capped at 10% of one core
+#   (capped-*: Redis is the scarce resource, so what counts is its CPU per
+#   command, shown too); one connection (light: GET p50 latency).
+#
+# Needs redis-server and redis-benchmark; the capped runs need a writable
+# cgroup cpu controller (root). ROUNDS (default 3) and REQUESTS (default
+# 200000 per test; light: a tenth) tune it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+ROUNDS=${ROUNDS:-3}
+REQUESTS=${REQUESTS:-200000}
+work=$(mktemp -d "${TMPDIR:-/tmp}/gwbench.XXXXXX")
+pids=()
+cgroup=""
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	[ -z "$cgroup" ] || rmdir "$cgroup" 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() {
+	local port
+	for _ in $(seq 100); do
+		port=$((20000 + RANDOM % 12000)) # below the ephemeral range
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return
+		fi
+	done
+	echo "no free port" >&2
+	exit 1
+}
+wait_ready() { for _ in $(seq 100); do redis-cli -p "$1" PING >/dev/null 2>&1 && return; sleep 0.05; done; echo "port $1 not ready" >&2; exit 1; }
+
+start_redis() {
+	REDIS_PORT=$(free_port)
+	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+		--logfile "$work/redis-$REDIS_PORT.log" &
+	pids+=($!)
+	REDIS_PID=$!
+	wait_ready "$REDIS_PORT"
+}
+
+start_gateway() {
+	GW_PORT=$(free_port)
+	"$work/rlproxy" --listen "127.0.0.1:$GW_PORT" --backend "redis://127.0.0.1:$1" --passthrough \
+		--log-level warn 2>"$work/rlproxy-$GW_PORT.log" &
+	pids+=($!)
+	wait_ready "$GW_PORT"
+}
+
+# cap_cpu PID: 10% of one core (as scripts/bench.sh).
+cap_cpu() {
+	local v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup
+	if [ -w "$v1" ] && [ -e "$v1/cpu.cfs_quota_us" ]; then
+		cgroup=$v1/gwbench-$$
+		mkdir -p "$cgroup" && echo 10000 >"$cgroup/cpu.cfs_period_us" &&
+			echo 1000 >"$cgroup/cpu.cfs_quota_us" && echo "$1" >"$cgroup/tasks" && return 0
+	elif [ -w "$v2" ] && grep -qw cpu "$v2/cgroup.controllers" 2>/dev/null; then
+		cgroup=$v2/gwbench-$$
+		mkdir -p "$cgroup" && echo "1000 10000" >"$cgroup/cpu.max" && echo "$1" >"$cgroup/cgroup.procs" && return 0
+	fi
+	echo "gateway-bench: no writable cgroup cpu controller: skipping the capped runs" >&2
+	return 1
+}
+
+# redis_cpu PORT: Redis's CPU seconds so far (user + sys).
+redis_cpu() {
+	redis-cli -p "$1" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'
+}
+
+# run NAME ROUND MODE PORT REDIS_PORT [redis-benchmark flags]: one run;
+# appends "name mode test rps p50_ms redis_us_per_request" lines to results.
+run() {
+	local name=$1 round=$2 mode=$3 port=$4 rport=$5
+	shift 5
+	local before after
+	before=$(redis_cpu "$rport")
+	local n=$REQUESTS
+	[ "$name" != light ] || n=$((REQUESTS / 10))
+	redis-benchmark -h 127.0.0.1 -p "$port" -n "$n" --csv "$@" >"$work/out.csv"
+	after=$(redis_cpu "$rport")
+	local tests
+	tests=$(tail -n +2 "$work/out.csv" | wc -l)
+	tail -n +2 "$work/out.csv" | tr -d '"' | awk -F, -v n="$name" -v m="$mode" -v r="$round" \
+		-v cpu="$(awk -v a="$after" -v b="$before" 'BEGIN {print a - b}')" -v req="$n" -v t="$tests" \
+		'{printf "%s %s %s %d %.0f %.3f %.2f\n", n, m, $1, r, $2, $5, cpu * 1e6 / (req * t)}' >>"$work/results"
+	echo "  [$name r$round] $mode: $(tail -n +2 "$work/out.csv" | tr -d '"' | awk -F, '{printf "%s %.0f/s p50 %.3fms; ", $1, $2, $5}')" >&2
+}
+
+$GO build -o "$work/rlproxy" ./cmd/rlproxy
+echo "gateway-bench: $(nproc) CPUs; redis-benchmark, Redis and rlproxy share them; $ROUNDS rounds" >&2
+
+start_redis
+R=$REDIS_PORT
+start_gateway "$R"
+G=$GW_PORT
+scenarios=("p1:-c 50 -P 1 -t get,set" "p16:-c 50 -P 16 -t get,set" "light:-c 1 -P 1 -t get")
+start_redis
+CR=$REDIS_PORT
+CR_PID=$REDIS_PID
+if cap_cpu "$CR_PID"; then
+	start_gateway "$CR"
+	CG=$GW_PORT
+fi
+for round in $(seq "$ROUNDS"); do
+	for s in "${scenarios[@]}"; do
+		name=${s%%:*} flags=${s#*:}
+		# shellcheck disable=SC2086
+		run "$name" "$round" direct "$R" "$R" $flags
+		# shellcheck disable=SC2086
+		run "$name" "$round" gateway "$G" "$R" $flags
+	done
+	if [ -n "${CG:-}" ]; then
+		for s in "${scenarios[@]:0:2}"; do
+			name=capped-${s%%:*} flags=${s#*:}
+			# shellcheck disable=SC2086
+			run "$name" "$round" direct "$CR" "$CR" $flags
+			# shellcheck disable=SC2086
+			run "$name" "$round" gateway "$CG" "$CR" $flags
+		done
+	fi
+done
+
+# The medians, and gateway/direct.
+echo
+printf '%-10s %-4s %12s %12s %6s %10s %10s %12s %12s\n' scenario test direct/s gateway/s ratio "p50 dir" "p50 gw" "Redis us/op" "(gateway)"
+sort -k1,1 -k3,3 "$work/results" | awk '
+function median(s,   a, n, i, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+{ k = $1 " " $3; keys[k] = 1; rps[k, $2] = rps[k, $2] " " $5; p50[k, $2] = p50[k, $2] " " $6; cpu[k, $2] = cpu[k, $2] " " $7 }
+END { for (k in keys) { split(k, kk, " "); d = median(rps[k, "direct"]); g = median(rps[k, "gateway"]);
+	printf "%-10s %-4s %12.0f %12.0f %6.2f %10.3f %10.3f %12.2f %12.2f\n", kk[1], kk[2], d, g, g / d, median(p50[k, "direct"]), median(p50[k, "gateway"]), median(cpu[k, "direct"]), median(cpu[k, "gateway"]) } }' | sort

@@ -1,0 +1,176 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tidwall/match"
+)
+
+// Forwarder is the gateway (package passthrough): it runs the commands
+// no table entry owns on a backend Redis, one session per client.
+type Forwarder interface {
+	// Open starts a client's session. push relays a frame the backend
+	// sent by itself (a Pub/Sub message) after the replies before it;
+	// flush writes the replies filled so far; kill closes the client once
+	// its replies are out.
+	Open(push func(frame []byte), flush, kill func()) Session
+	// Keys returns the keys a command names (for users' key patterns).
+	Keys(args []string) []string
+}
+
+// Session is one client's forwarding state.
+type Session interface {
+	// Forward runs calls in order; reply(i, frame) gives call i's reply
+	// as a RESP frame exactly once, perhaps later on another goroutine;
+	// the gateway calls flush after a run of them.
+	Forward(proto int, calls [][]string, reply func(i int, frame []byte))
+	// InMulti reports whether the client's MULTI is open.
+	InMulti() bool
+	// Abort makes the open MULTI's EXEC answer EXECABORT.
+	Abort()
+	// Subscribed reports whether the client has a subscription.
+	Subscribed() bool
+	// Close ends the session (its pinned connection is closed).
+	Close()
+}
+
+// rawFrame is a reply already encoded (a forwarded command's), written
+// as it is.
+type rawFrame []byte
+
+// session returns the client's forwarding session, opening it at first
+// use (nil without passthrough).
+func (s *Server) session(c *client) Session {
+	if s.opts.Forward == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fwd == nil {
+		q := c.replies
+		c.fwd = s.opts.Forward.Open(q.push, q.write, func() {
+			go func() { // not on the backend connection's reader
+				q.waitWritten()
+				c.conn.Close()
+			}()
+		})
+	}
+	return c.fwd
+}
+
+// endSession closes the client's session, if it has one (RESET, or the
+// client left).
+func (c *client) endSession() {
+	c.mu.Lock()
+	fwd := c.fwd
+	c.fwd = nil
+	c.mu.Unlock()
+	if fwd != nil {
+		fwd.Close()
+	}
+}
+
+// inSession reports whether the client has an open session in which
+// cond holds, without opening one.
+func (c *client) inSession(cond func(Session) bool) bool {
+	c.mu.Lock()
+	fwd := c.fwd
+	c.mu.Unlock()
+	return fwd != nil && cond(fwd)
+}
+
+// forwards reports whether a call goes to the gateway: a command rlproxy
+// does not own; SELECT and CLIENT TRACKING, which set the state of the
+// client's backend connection; within MULTI every command but the
+// client's own handshake (Redis queues them), except rlproxy's limiter
+// commands, which call refuses; PING while subscribed (Redis answers it
+// in the Pub/Sub shape).
+func (s *Server) forwards(c *client, args []string) bool {
+	if s.opts.Forward == nil {
+		return false
+	}
+	cmd := s.table.Lookup(args[0])
+	switch {
+	case cmd == nil:
+		return true
+	case cmd.Name == "SELECT":
+		return true
+	case cmd.Name == "CLIENT" && len(args) > 2 && strings.EqualFold(args[1], "TRACKING"):
+		return true
+	case cmd.Name == "AUTH" || cmd.Name == "HELLO" || cmd.Name == "QUIT" || cmd.Name == "RESET":
+		return false
+	case c.inSession(Session.InMulti):
+		return s.own[cmd.Name]
+	case cmd.Name == "PING":
+		return c.inSession(Session.Subscribed)
+	}
+	return false
+}
+
+// forwardable checks a forwarded call before it goes (nil: it may):
+// authentication, the user's categories and key patterns.
+func (s *Server) forwardable(c *client, args []string) error {
+	if !c.authed {
+		return errNoAuth
+	}
+	u := c.user.Load()
+	if u == nil || u.admin {
+		return nil
+	}
+	name := strings.ToUpper(args[0])
+	if !u.redis || adminOnly[name] {
+		return noPerm(u, strings.ToLower(args[0]))
+	}
+	if u.keys != nil {
+		for _, k := range s.opts.Forward.Keys(args) {
+			if !matchAny(k, u.keys) {
+				return fmt.Errorf("NOPERM No permissions to access a key")
+			}
+		}
+	}
+	return nil
+}
+
+// adminOnly are forwarded commands only admins may run: they would erase
+// every limit.
+var adminOnly = map[string]bool{"FLUSHALL": true, "FLUSHDB": true, "SWAPDB": true}
+
+func matchAny(s string, patterns []string) bool {
+	for _, p := range patterns {
+		if match.Match(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// forward sends a run of forwarded calls; their slots are filled as the
+// replies come. A call refused here is answered at once, in its place.
+func (s *Server) forward(c *client, calls [][]string) {
+	q := c.replies
+	fwd := s.session(c)
+	for len(calls) > 0 {
+		if err := s.forwardable(c, calls[0]); err != nil {
+			q.add(err, c.proto)
+			calls = calls[1:]
+			continue
+		}
+		n := 1
+		for n < len(calls) && s.forwardable(c, calls[n]) == nil {
+			n++
+		}
+		s.stats.commands.Add(int64(n))
+		s.drain.busy.Add(int64(n))
+		first := q.reserve(n, c.proto, true)
+		for range n {
+			s.opts.Poller.Begin()
+		}
+		fwd.Forward(c.proto, calls[:n], func(i int, frame []byte) {
+			q.fillQuiet(first+uint64(i), rawFrame(frame))
+			s.opts.Poller.End()
+			s.drain.busy.Add(-1)
+		})
+		calls = calls[n:]
+	}
+}

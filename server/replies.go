@@ -1,0 +1,201 @@
+package server
+
+import (
+	"io"
+	"sync"
+)
+
+// replies is a client's reply queue, the one way its replies go out: one
+// slot per command, in the order the commands came. A reply decided at
+// once (PING, RL.SETRATE) fills its slot as it is added; one decided
+// later, on another goroutine (a batch call of RL.ACQUIRE, a forwarded
+// command), reserves its slot and fills it then. Whoever fills the head
+// slot (the last of a run of fills) writes it and every ready slot after
+// it, so no goroutine sits waiting to write and a reply never overtakes
+// an earlier one. While the
+// connection's reader takes a pipeline it holds the queue: fills are kept
+// until it releases, so a pipeline's replies go out in one write. A lone
+// call is a pipeline of one. (The shape of codis proxy's Session.)
+type replies struct {
+	w     io.Writer
+	onBig func() // a big buffer was dropped: memory to give back
+
+	mu      sync.Mutex
+	changed sync.Cond // a slot was filled, or the queue written
+	out     []byte    // ready replies at the head, not yet written
+	spare   []byte
+	slots   []slot // after out, in order; slots[0] is not filled
+	first   uint64 // the sequence number of slots[0]
+	open    int    // reserved slots not yet filled
+	openFwd int    // of which forwarded commands' (passthrough)
+	held    bool   // the reader is taking a pipeline
+	writing bool   // a goroutine is writing out
+}
+
+type slot struct {
+	b      []byte
+	proto  int  // the client's protocol when its command came
+	fwd    bool // a forwarded command's
+	filled bool
+}
+
+func newReplies(w io.Writer, onBig func()) *replies {
+	q := &replies{w: w, onBig: onBig}
+	q.changed.L = &q.mu
+	return q
+}
+
+// hold keeps fills from writing until release.
+func (q *replies) hold() {
+	q.mu.Lock()
+	q.held = true
+	q.mu.Unlock()
+}
+
+// release writes what is ready and lets fills write again.
+func (q *replies) release() {
+	q.mu.Lock()
+	q.held = false
+	q.flush()
+	q.mu.Unlock()
+}
+
+// add queues a reply decided at once.
+func (q *replies) add(v any, proto int) {
+	q.mu.Lock()
+	if len(q.slots) == 0 {
+		q.out = appendReply(q.out, v, proto)
+	} else {
+		q.slots = append(q.slots, slot{b: appendReply(nil, v, proto), filled: true})
+	}
+	q.mu.Unlock()
+}
+
+// reserve queues n slots for replies decided later and returns the
+// sequence number of the first (the others follow it). fwd marks
+// forwarded commands', which the gateway keeps in order by itself.
+func (q *replies) reserve(n, proto int, fwd bool) uint64 {
+	q.mu.Lock()
+	seq := q.first + uint64(len(q.slots))
+	for range n {
+		q.slots = append(q.slots, slot{proto: proto, fwd: fwd})
+	}
+	q.open += n
+	if fwd {
+		q.openFwd += n
+	}
+	q.mu.Unlock()
+	return seq
+}
+
+// push queues a frame the backend sent by itself (a Pub/Sub message)
+// after the replies before it, and writes what is ready.
+func (q *replies) push(frame []byte) {
+	q.add(rawFrame(frame), 0)
+	q.write()
+}
+
+// fillQuiet answers a reserved slot, at most once, without writing:
+// write follows once a run of replies is in (a batch's, or those read
+// from a backend connection at once), so they go out in one write.
+func (q *replies) fillQuiet(seq uint64, v any) {
+	q.mu.Lock()
+	q.put(seq, v)
+	q.mu.Unlock()
+}
+
+// write writes the ready head, unless another goroutine is writing or
+// the reader holds the queue (then that one writes it).
+func (q *replies) write() {
+	q.mu.Lock()
+	q.flush()
+	q.mu.Unlock()
+}
+
+// put fills a slot (mu held).
+func (q *replies) put(seq uint64, v any) {
+	i := int(seq - q.first)
+	if i < 0 || i >= len(q.slots) || q.slots[i].filled {
+		return
+	}
+	q.open--
+	s := &q.slots[i]
+	if s.fwd {
+		q.openFwd--
+	}
+	if i == 0 {
+		q.out = appendReply(q.out, v, s.proto)
+		q.slots[0] = slot{}
+		q.slots, q.first = q.slots[1:], q.first+1
+		for len(q.slots) > 0 && q.slots[0].filled {
+			q.out = append(q.out, q.slots[0].b...)
+			q.slots[0] = slot{}
+			q.slots, q.first = q.slots[1:], q.first+1
+		}
+	} else {
+		s.b, s.filled = appendReply(nil, v, s.proto), true
+	}
+	q.changed.Broadcast()
+}
+
+// flush writes out (called with mu held, which it lets go while writing).
+func (q *replies) flush() {
+	for len(q.out) > 0 && !q.held && !q.writing {
+		q.writing = true
+		b := q.out
+		q.out = q.spare[:0]
+		q.mu.Unlock()
+		// A write error means the client is gone: its reader sees it too.
+		_, _ = q.w.Write(b)
+		q.mu.Lock()
+		q.writing = false
+		if cap(b) > bigReply {
+			b = nil // not kept for the rest of the connection's life
+			q.onBig()
+		}
+		q.spare = b[:0]
+	}
+	q.changed.Broadcast()
+}
+
+// waitFilled returns once every reserved slot is filled: a client's
+// commands run in order, so the next runs after the earlier are decided.
+func (q *replies) waitFilled() {
+	q.mu.Lock()
+	for q.open > 0 {
+		q.changed.Wait()
+	}
+	q.mu.Unlock()
+}
+
+// waitUnforwarded returns once every reserved slot but forwarded
+// commands' is filled.
+func (q *replies) waitUnforwarded() {
+	q.mu.Lock()
+	for q.open > q.openFwd {
+		q.changed.Wait()
+	}
+	q.mu.Unlock()
+}
+
+// waitWritten returns once every reply is written (before a QUIT closes
+// the connection, or a protocol error is written after them).
+func (q *replies) waitWritten() {
+	q.mu.Lock()
+	for len(q.slots) > 0 || len(q.out) > 0 || q.writing {
+		if len(q.slots) == 0 && !q.writing && !q.held {
+			q.flush()
+			continue
+		}
+		q.changed.Wait()
+	}
+	q.mu.Unlock()
+}
+
+// waiting reports whether a reply is still to be decided (a client
+// waiting in RL.ACQUIRE is not idle).
+func (q *replies) waiting() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.open > 0
+}
