@@ -250,7 +250,7 @@ func Default() Config {
 		LogFormat:       "text",
 		MetricsListen:   "",
 
-		ShutdownReadyDelay: time.Second,
+		ShutdownReadyDelay:   time.Second,
 		Passthrough:          false,
 		PassthroughBackend:   "",
 		PassthroughMaxPinned: 1000,

@@ -25,9 +25,6 @@ const dashboardPath = "../../docs/grafana/rlproxy.json"
 var builtElsewhere = []string{
 	"rlproxy_policy_granted_total",
 	"rlproxy_policy_denied_total",
-	"rlproxy_passthrough_forwarded_total",
-	"rlproxy_passthrough_pinned_connections",
-	"rlproxy_passthrough_forward_errors_total",
 }
 
 // metricName finds the metric names in a PromQL expression: rlproxy's
@@ -69,7 +66,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 		t.Fatalf("the dashboard's queries name %d metrics; the pattern lost them?", len(used))
 	}
 
-	h := start(t, func(c *config.Config) { c.MetricsListen = "127.0.0.1:0" })
+	h := start(t, func(c *config.Config) { c.MetricsListen, c.Passthrough = "127.0.0.1:0", true })
 	h.Do(t, "RL.SETRATE", "d", 1, "1m").Equal(int64(1))
 	h.Do(t, "RL.ACQUIRE", "d").Granted(0)
 	// Per-policy series exist once a policy has decided something. (Until
