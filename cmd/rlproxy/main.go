@@ -160,16 +160,18 @@ func serving(cfg config.Config, p *proxy.Proxy) []any {
 	if p.MetricsAddr() != "" {
 		metrics = p.MetricsAddr() // with /healthz and /readyz
 	}
-	auth := "off"
-	if cfg.RequirePass != "" || len(cfg.Users) > 0 {
-		auth = "on"
+	onOff := func(on bool) string {
+		if on {
+			return "on"
+		}
+		return "off"
 	}
 	return []any{
 		"listen", p.Addr(), "tls_listen", tls,
 		"backends", describe(cfg, p.Embedded()),
-		"auth", auth, "users", len(cfg.Users),
-		// Policies (count) and passthrough (on/off) belong here once
-		// config has their keys.
+		"auth", onOff(cfg.RequirePass != "" || len(cfg.Users) > 0), "users", len(cfg.Users),
+		"passthrough", onOff(cfg.Passthrough),
+		// Policies (count) belong here once config has their key.
 		"metrics", metrics,
 		"version", proxy.Version,
 	}
