@@ -165,6 +165,32 @@ func waitWaiting(t testing.TB, c conn, n int) {
 	}
 }
 
+// decisions reads how many RL.ACQUIRE decisions c's proxy has made since
+// it started (INFO granted + denied): a waiter's booking counts as
+// granted, its denial as denied.
+func decisions(t testing.TB, c conn) int {
+	t.Helper()
+	return infoInt(t, c, "granted") + infoInt(t, c, "denied")
+}
+
+// waitAsked waits until exactly n clients wait on c's proxy and its
+// decisions have reached asked: the waiters have asked the limiter and
+// sleep until their time or a wake-up. A waiter only counted in
+// waiting_clients may not have asked yet: a change made then is read
+// when it asks, and a test of waking passes without waking anyone.
+func waitAsked(t testing.TB, c conn, n, asked int) {
+	t.Helper()
+	waitWaiting(t, c, n)
+	if err := eventually(3*time.Second, func() error {
+		if got := decisions(t, c); got < asked {
+			return fmt.Errorf("%d decisions, want %d: not every waiter has asked yet", got, asked)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TIMEOUT longer than the wait, and BLOCK: the reply is held until the
 // permits come (never sooner than the denial's retry_after said), then
 // granted with retry_after 0.
