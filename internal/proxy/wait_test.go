@@ -323,9 +323,10 @@ func TestWaitTimeoutTooShort(t *testing.T) {
 		t.Parallel()
 		const key = "short:queued"
 		h, c := h.aloneDrained(t, key, "1h")
+		base := decisions(t, c)
 		head := h.raw(t)
 		head.Send("RL.ACQUIRE", key, "1", "BLOCK") // waits an hour at the head of the queue
-		waitWaiting(t, c, 1)
+		waitAsked(t, c, 1, base+1)                 // asked: the queue knows it asks again in an hour
 		deniedAtOnce(t, c, key, timeout, "behind an hour-long wait")
 	})
 }
@@ -556,10 +557,11 @@ func TestWaitMaxWaiters(t *testing.T) {
 	const key = "max-waiters"
 	h.Do(t, "RL.SETRATE", key, 1, "1h").Equal(int64(1))
 	h.Do(t, "RL.ACQUIRE", key).Granted(0)
+	base := decisions(t, h.conn)
 	waiters := []*raw{h.raw(t), h.raw(t)}
 	for i, w := range waiters {
 		w.Send("RL.ACQUIRE", key, "1", "BLOCK") // books the permit i+1 hours ahead
-		waitWaiting(t, h.conn, i+1)
+		waitAsked(t, h.conn, i+1, base+i+1)
 	}
 	const tooMany = "ERR too many waiting clients (max_waiters is 2); try again later"
 	h.Do(t, "RL.ACQUIRE", key, 1, "TIMEOUT", "1s").Err(tooMany)
