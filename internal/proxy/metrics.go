@@ -11,8 +11,8 @@ import (
 	"github.com/rlproxy/rlproxy/backend"
 )
 
-// metrics serves Prometheus metrics: the stats table (stats.go), which
-// INFO reads too, and each backend node's backend.Stats.
+// metrics serves Prometheus metrics: the stats table and the node table
+// (stats.go), which INFO reads too.
 type metrics struct {
 	srv *http.Server
 	ln  net.Listener
@@ -22,25 +22,7 @@ func startMetrics(addr string, pool *backend.Pool, table []stat) (*metrics, erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(statCollectors(table)...)
-	for _, n := range pool.Nodes() {
-		labels := prometheus.Labels{"node": n.Name()}
-		stats := n.Stats
-		reg.MustRegister(
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rlproxy", Name: "backend_calls_total",
-				Help: "Calls to a backend node.", ConstLabels: labels}, func() float64 { return float64(stats().Calls) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rlproxy", Name: "backend_errors_total",
-				Help: "Failed calls to a backend node.", ConstLabels: labels}, func() float64 { return float64(stats().Errors) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "rlproxy", Name: "backend_up",
-				Help: "1 when the node's circuit breaker is closed.", ConstLabels: labels}, func() float64 {
-				if stats().Up {
-					return 1
-				}
-				return 0
-			}),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "rlproxy", Name: "backend_avg_latency_seconds",
-				Help: "Average latency of calls to a backend node.", ConstLabels: labels}, func() float64 { return stats().AvgLatency.Seconds() }),
-		)
-	}
+	reg.MustRegister(nodeCollectors(pool.Nodes())...)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

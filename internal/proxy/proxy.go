@@ -66,7 +66,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	stats := append(statTable(limiters, leases, &srv, cfg.BusyPoll, poller), reloadStats(reloads)...)
 	o := frontDoor(cfg)
 	o.Version, o.Log, o.Poller = Version, log, poller
-	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: pool.Info, AdminOnly: true}}, infoSections(stats)...)
+	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)
 	srv = server.New(o, commands.Limiters(limiters, commands.Options{
 		DefaultShards: cfg.DefaultShards,
 		ShardRate:     cfg.ShardRate,
