@@ -152,7 +152,8 @@ var nodeTable = []nodeStat{
 	{field: "errors", metric: "backend_errors_total", help: "Failed calls to a backend node.",
 		read: func(s backend.Stats) int64 { return s.Errors }},
 	{field: "avg_latency_us", metric: "backend_avg_latency_seconds", help: "Average latency of calls to a backend node.", gauge: true,
-		read: func(s backend.Stats) int64 { return s.AvgLatency.Microseconds() }, scale: 1e-6},
+		read: func(s backend.Stats) int64 { return s.AvgLatency.Nanoseconds() }, scale: 1e-9,
+		show: func(ns int64) string { return strconv.FormatInt(ns/1000, 10) }},
 }
 
 // backendInfo is INFO's Backends section: a line per node, its address
