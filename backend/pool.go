@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -126,21 +125,6 @@ func (p *Pool) SetBreakerCooldown(d time.Duration) {
 	for _, n := range p.nodes {
 		n.breaker.cooldown.Store(int64(d))
 	}
-}
-
-// Info returns the INFO lines of the backends section: one per node.
-func (p *Pool) Info() []string {
-	lines := make([]string, len(p.nodes))
-	for i, n := range p.nodes {
-		s := n.Stats()
-		state := "up"
-		if !s.Up {
-			state = "down"
-		}
-		lines[i] = fmt.Sprintf("node%d:addr=%s,state=%s,calls=%d,errors=%d,avg_latency_us=%d",
-			i, strings.ReplaceAll(n.name, " ", "_"), state, s.Calls, s.Errors, s.AvgLatency.Microseconds())
-	}
-	return lines
 }
 
 // Embedded reports whether the pool is the embedded in-memory server.

@@ -188,19 +188,6 @@ func (l *Limiters) giveBackFor(e *entry, r Request, shard int, cause error) erro
 	return cause
 }
 
-// sleep waits d, or until ctx ends (then it returns ctx's cause: the
-// client went away, or the proxy shuts down).
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
 func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time.Time) (limiter.Result, error) {
 	key := r.Name + "\x00" + clientKey(&e.Stored, r.Client)
 	q := l.queues.get(key)

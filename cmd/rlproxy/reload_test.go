@@ -68,7 +68,7 @@ func TestBinarySIGHUPLimiterKeys(t *testing.T) {
 	// max_waiters 1: a second waiter is refused.
 	first := make(chan error, 1)
 	go func() { first <- c.Do(ctx, "RL.ACQUIRE", "w", "TIMEOUT", "3h").Err() }()
-	time.Sleep(200 * time.Millisecond)
+	redistest.WaitFor(t, func() bool { return strings.Contains(c.Info(ctx, "limiters").Val(), "waiting_clients:1\r\n") })
 	if err := c.Do(ctx, "RL.ACQUIRE", "w", "TIMEOUT", "3h").Err(); err == nil || !strings.Contains(err.Error(), "max_waiters is 1") {
 		t.Fatalf("second waiter under max_waiters 1: %v, want refused", err)
 	}

@@ -684,18 +684,27 @@ func TestGoneClientSpendsNothing(t *testing.T) {
 		h.Do(t, "RL.SETRATE", key, 5, "1h").Equal(int64(1))
 		// Redis holds script calls (writes) for a while: the first
 		// request's call is in flight, the second waits for the next batch.
-		if err := admin.Do(ctx, "CLIENT", "PAUSE", 300, "WRITE").Err(); err != nil {
+		if err := admin.Do(ctx, "CLIENT", "PAUSE", 2000, "WRITE").Err(); err != nil {
 			t.Fatal(err)
 		}
+		granted := h.proxy.limiters.Stats().Granted
 		first, w := h.raw(t), h.raw(t)
 		first.Send("RL.ACQUIRE", key)
-		time.Sleep(50 * time.Millisecond)
+		redistest.WaitFor(t, func() bool { // the first call is held by the paused backend
+			return strings.Contains(admin.Info(ctx, "clients").Val(), "blocked_clients:1\r\n")
+		})
+		commands := h.proxy.server.Stats().Commands
 		w.Send("RL.ACQUIRE", key)
+		redistest.WaitFor(t, func() bool { // the proxy took the second RL.ACQUIRE up
+			return h.proxy.server.Stats().Commands > commands
+		})
 		want := int64(3)
 		if !stay {
-			time.Sleep(50 * time.Millisecond)
 			_ = w.c.Close()
 			want = 4
+		}
+		if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+			t.Fatal(err)
 		}
 		if got := first.Line(); got != "*4" {
 			t.Fatalf("first client's reply: %q", got)
@@ -705,9 +714,17 @@ func TestGoneClientSpendsNothing(t *testing.T) {
 				t.Fatalf("second client's reply: %q", got)
 			}
 		}
-		time.Sleep(200 * time.Millisecond) // the second batch, and a give-back
-		if got := h.Do(t, "RL.AVAILABLE", key).Int(); got != want {
-			t.Errorf("stay=%v: RL.AVAILABLE %d, want %d", stay, got, want)
+		// The second batch granted the second request (to nobody, when
+		// its client left); only then can a give-back be told from a
+		// call never made.
+		redistest.WaitFor(t, func() bool { return h.proxy.limiters.Stats().Granted == granted+2 })
+		if err := eventually(3*time.Second, func() error {
+			if got := h.Do(t, "RL.AVAILABLE", key).Int(); got != want {
+				return fmt.Errorf("stay=%v: RL.AVAILABLE %d, want %d", stay, got, want)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
 		}
 	}
 }

@@ -44,8 +44,13 @@ func TestWaitersFollowRateChangeThroughOtherProxy(t *testing.T) {
 			a, b := f.proxies[0], f.proxies[1]
 			a.Do(t, "RL.SETRATE", "k", 1, "10s", "ALGO", algo).Equal(int64(1))
 			a.Do(t, "RL.ACQUIRE", "k").Granted(0)
+			// The six have asked under the old rate: a token bucket books
+			// each, a sliding window's head is denied (the rest queue
+			// behind it in the proxy).
+			asks := map[string]int{"token-bucket": 6, "sliding-window": 1}[algo]
+			base := decisions(t, b.conn)
 			wait := waitAll(t, b, 6, "RL.ACQUIRE", "k", "BLOCK")
-			time.Sleep(300 * time.Millisecond) // all six are waiting
+			waitAsked(t, b.conn, 6, base+asks)
 			start := time.Now()
 			a.Do(t, "RL.SETRATE", "k", 100, "1s", "ALGO", algo).Equal(int64(1))
 			vals, errs := wait()
@@ -75,10 +80,15 @@ func TestWaitersToldOfDelete(t *testing.T) {
 		a.Do(t, "RL.ACQUIRE", name).Acquire()
 	}
 	var waits []func() ([]any, []error)
+	baseA, baseB := decisions(t, a.conn), decisions(t, b.conn)
 	for _, algo := range []string{"token-bucket", "leaky-bucket", "fixed-window"} {
 		waits = append(waits, waitAll(t, a, 2, "RL.ACQUIRE", "del-"+algo, "TIMEOUT", "1000h"), waitAll(t, b, 2, "RL.ACQUIRE", "del-"+algo, "BLOCK"))
 	}
-	time.Sleep(300 * time.Millisecond)
+	// On each proxy five have asked: both token-bucket waiters (booked),
+	// both leaky-bucket ones (booked, or denied: its queue is full) and
+	// the fixed window's head (the other queues behind it).
+	waitAsked(t, a.conn, 6, baseA+5)
+	waitAsked(t, b.conn, 6, baseB+5)
 	start := time.Now()
 	for _, algo := range []string{"token-bucket", "leaky-bucket", "fixed-window"} {
 		a.Do(t, "RL.DEL", "del-"+algo).Equal(int64(1))
@@ -108,8 +118,9 @@ func TestWaitersFollowKeepState(t *testing.T) {
 	a, b := f.proxies[0], f.proxies[1]
 	a.Do(t, "RL.SETRATE", "ks", 1, "10s").Equal(int64(1))
 	a.Do(t, "RL.ACQUIRE", "ks").Granted(0)
+	base := decisions(t, b.conn)
 	wait := waitAll(t, b, 6, "RL.ACQUIRE", "ks", "BLOCK")
-	time.Sleep(300 * time.Millisecond)
+	waitAsked(t, b.conn, 6, base+6) // each booked
 	start := time.Now()
 	a.Do(t, "RL.SETRATE", "ks", 100, "1h", "KEEPSTATE").Equal(int64(1))
 	vals, errs := wait()

@@ -11,9 +11,8 @@ import (
 	"github.com/rlproxy/rlproxy/backend"
 )
 
-// metrics serves Prometheus metrics — the stats table (stats.go), which
-// INFO reads too, and each backend node's backend.Stats — and the health
-// checks (health.go).
+// metrics serves Prometheus metrics — the stats table and the node table
+// (stats.go), which INFO reads too — and the health checks (health.go).
 type metrics struct {
 	srv *http.Server
 	ln  net.Listener
@@ -23,33 +22,7 @@ func startMetrics(addr string, pool *backend.Pool, table []stat, h *health) (*me
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(statCollectors(table)...)
-	for _, n := range pool.Nodes() {
-		labels := prometheus.Labels{"node": n.Name()}
-		stats := n.Stats
-		reg.MustRegister(
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rlproxy", Name: "backend_calls_total",
-				Help: "Calls to a backend node.", ConstLabels: labels}, func() float64 { return float64(stats().Calls) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rlproxy", Name: "backend_errors_total",
-				Help: "Failed calls to a backend node.", ConstLabels: labels}, func() float64 { return float64(stats().Errors) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "rlproxy", Name: "backend_up",
-				Help: "1 when the node's circuit breaker is closed.", ConstLabels: labels}, func() float64 {
-				if stats().Up {
-					return 1
-				}
-				return 0
-			}),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "rlproxy", Name: "backend_avg_latency_seconds",
-				Help: "Average latency of calls to a backend node.", ConstLabels: labels}, func() float64 { return stats().AvgLatency.Seconds() }),
-			// The mean since start times the calls: the time spent, which
-			// rate() over a window divides by the calls' rate, so a
-			// dashboard shows the mean latency of that window.
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rlproxy", Name: "backend_call_seconds_total",
-				Help: "Time spent in calls to a backend node (script calls and their pipelines).", ConstLabels: labels}, func() float64 {
-				s := stats()
-				return s.AvgLatency.Seconds() * float64(s.Calls)
-			}),
-		)
-	}
+	reg.MustRegister(nodeCollectors(pool.Nodes())...)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

@@ -4,7 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -59,6 +62,42 @@ func TestMetricsEndpointCountsDecisions(t *testing.T) {
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// Each backend node's figures go from one table (stats.go) to both
+// outlets, under the names they have always had: INFO's Backends line
+// and the node's labelled metrics agree on every figure.
+func TestBackendFiguresInInfoAndMetrics(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(c *config.Config) { c.MetricsListen = "127.0.0.1:0" })
+	h.Do(t, "RL.SETRATE", "b", 10, "1s").Equal(int64(1))
+	for range 3 {
+		h.Do(t, "RL.ACQUIRE", "b").Acquire()
+	}
+	addr := h.backend.Addr()
+	info := h.Do(t, "INFO", "backends").OK().(string)
+	line := regexp.MustCompile(`(?m)^node0:addr=` + regexp.QuoteMeta(addr) + `,state=up,calls=(\d+),errors=0,avg_latency_us=(\d+)\r$`).FindStringSubmatch(info)
+	if line == nil {
+		t.Fatalf("INFO backends:\n%s\nwant node0:addr=%s,state=up,calls=N,errors=0,avg_latency_us=N", info, addr)
+	}
+	calls, _ := strconv.ParseFloat(line[1], 64)
+	us, _ := strconv.ParseFloat(line[2], 64)
+	if calls < 4 || us == 0 {
+		t.Errorf("INFO backends says %s calls, %s µs on average after RL.SETRATE and 3 RL.ACQUIRE", line[1], line[2])
+	}
+	m := h.metricsText(t)
+	for metric, want := range map[string]float64{
+		"backend_up": 1, "backend_calls_total": calls, "backend_errors_total": 0, "backend_avg_latency_seconds": us / 1e6,
+	} {
+		got := regexp.MustCompile(`(?m)^rlproxy_` + metric + regexp.QuoteMeta(`{node="`+addr+`"} `) + `(\S+)$`).FindStringSubmatch(m)
+		if got == nil {
+			t.Errorf("/metrics has no rlproxy_%s of node %s", metric, addr)
+			continue
+		}
+		if v, err := strconv.ParseFloat(got[1], 64); err != nil || math.Abs(v-want) > 1e-6 { // INFO's latency is in whole µs
+			t.Errorf("rlproxy_%s = %s, want %v (as INFO says)", metric, got[1], want)
 		}
 	}
 }

@@ -89,21 +89,25 @@ func TestModePerClient(t *testing.T) {
 		h.named(t, "").Do(t, "RL.AVAILABLE", key).Equal(int64(0))
 	})
 
-	// Waiters queue per budget: alice waiting an hour does not hold up
-	// bob, whose own budget has a permit.
+	// Waiters queue per budget: alice waiting 5 s does not hold up bob,
+	// whose own budget has a permit. (Were they queued together, bob
+	// would wait behind her: her wait is within his timeout.)
 	t.Run("waiting per budget", func(t *testing.T) {
 		t.Parallel()
 		const key = "pc:wait"
-		h.Do(t, "RL.SETRATE", key, 1, "1h", "ALGO", "sliding-log", "MODE", "PER_CLIENT").Equal(int64(1))
+		h := h.alone(t) // its own proxy: the test counts waiting clients and decisions
+		h.Do(t, "RL.SETRATE", key, 1, "5s", "ALGO", "sliding-log", "MODE", "PER_CLIENT").Equal(int64(1))
 		h.named(t, "alice").Do(t, "RL.ACQUIRE", key).Granted(0)
 		alice := h.raw(t)
 		if got := alice.Call("CLIENT", "SETNAME", "alice"); got != "+OK" {
 			t.Fatalf("CLIENT SETNAME: %q", got)
 		}
-		alice.Send("RL.ACQUIRE", key, "1", "BLOCK") // waits an hour
+		base := decisions(t, h.conn)
+		alice.Send("RL.ACQUIRE", key, "1", "BLOCK") // waits about 5 s
+		waitAsked(t, h.conn, 1, base+1)             // denied: she heads her budget's queue
 		bob := h.named(t, "bob")
 		sent := time.Now()
-		bob.Do(t, "RL.ACQUIRE", key, 1, "TIMEOUT", "3s").Granted(0)
+		bob.Do(t, "RL.ACQUIRE", key, 1, "TIMEOUT", "10s").Granted(0)
 		if took := time.Since(sent); took > 1500*time.Millisecond {
 			t.Errorf("bob's acquire took %v: held up behind alice's wait on another budget", took)
 		}

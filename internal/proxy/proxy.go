@@ -84,7 +84,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	if gw != nil {
 		o.Forward = forwarder{gw}
 	}
-	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: pool.Info, AdminOnly: true}}, infoSections(stats)...)
+	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)
 	srv = server.New(o, commands.Limiters(limiters, commands.Options{
 		DefaultShards: cfg.DefaultShards,
 		ShardRate:     cfg.ShardRate,

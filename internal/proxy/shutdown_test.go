@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -18,12 +19,29 @@ func TestShutdownAnswersEveryWaiter(t *testing.T) {
 	for _, algo := range algos {
 		a.Do(t, "RL.SETRATE", algo, 1, "1h", "ALGO", algo).Equal(int64(1))
 		a.Do(t, "RL.ACQUIRE", algo).Acquire()
+	}
+	base := decisions(t, a.conn)
+	for _, algo := range algos {
 		waits = append(waits, waitAll(t, a, 3, "RL.ACQUIRE", algo, "BLOCK"))
 	}
 	a.Do(t, "RL.SETRATE", "db", 1, "1h", "ALGO", "concurrency").Equal(int64(1))
 	a.Do(t, "RL.LEASE", "db")
 	waits = append(waits, waitAll(t, a, 3, "RL.LEASE", "db", "BLOCK"))
-	time.Sleep(300 * time.Millisecond) // all are waiting
+	// All have asked: the buckets' waiters booked (or, a leaky bucket's
+	// queue full, were denied), the head of each queue was denied (the
+	// rest wait behind it), and the lease waiters are queued in Redis.
+	waitAsked(t, a.conn, 15, base+3+3+1+1+1)
+	found := false
+	for _, rdb := range f.backends {
+		if rdb.Exists(context.Background(), "rl:{db:0}:c").Val() == 1 {
+			waitQueued(t, rdb, "db", 1, 3)
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no backend holds the config of 'db'")
+	}
+	waitLeaseWaiting(t, a.conn, 3)
 	start := time.Now()
 	if err := a.proxy.Shutdown(5 * time.Second); err != nil {
 		t.Fatalf("Shutdown: %v", err)

@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
 	"github.com/rlproxy/rlproxy/lease"
 	"github.com/rlproxy/rlproxy/ratelimit"
@@ -24,10 +26,9 @@ type stat struct {
 
 // statTable is every figure of the Limiters, Leases and BusyPoll
 // sections, and the server's figures (INFO shows them in the server's
-// own Clients and Stats sections). The Backends section and the
-// per-node metrics read backend.Stats, one line or one labelled set per
-// node (pool.Info, startMetrics). srv is read when a figure is, so it may
-// be set after the table is made.
+// own Clients and Stats sections). Each backend node's figures are in
+// nodeTable. srv is read when a figure is, so it may be set after the
+// table is made.
 func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server, budget time.Duration, p *busypoll.Poller) []stat {
 	lim := func(f func(ratelimit.Stats) int64) func() int64 { return func() int64 { return f(l.Stats()) } }
 	front := func(f func(server.Stats) int64) func() int64 { return func() int64 { return f((*srv).Stats()) } }
@@ -113,6 +114,94 @@ func statCollectors(table []stat) []prometheus.Collector {
 			out = append(out, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "rlproxy", Name: st.metric, Help: st.help}, read))
 		} else {
 			out = append(out, prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rlproxy", Name: st.metric, Help: st.help}, read))
+		}
+	}
+	return out
+}
+
+// nodeStat is one figure of each backend node (backend.Stats), in one
+// place for both outlets: its key in the node's line of INFO's Backends
+// section and its Prometheus metric, labelled node="<address>".
+type nodeStat struct {
+	field  string // key in the node's INFO line
+	metric string // Prometheus name after "rlproxy_"
+	help   string
+	gauge  bool
+	read   func(backend.Stats) int64
+	show   func(int64) string // the INFO value (nil: the number)
+	scale  float64            // the metric's value per unit read (0: 1)
+}
+
+// nodeTable is every figure of a backend node.
+var nodeTable = []nodeStat{
+	{field: "state", metric: "backend_up", help: "1 when the node's circuit breaker is closed.", gauge: true,
+		read: func(s backend.Stats) int64 {
+			if s.Up {
+				return 1
+			}
+			return 0
+		},
+		show: func(up int64) string {
+			if up == 1 {
+				return "up"
+			}
+			return "down"
+		}},
+	{field: "calls", metric: "backend_calls_total", help: "Calls to a backend node.",
+		read: func(s backend.Stats) int64 { return s.Calls }},
+	{field: "errors", metric: "backend_errors_total", help: "Failed calls to a backend node.",
+		read: func(s backend.Stats) int64 { return s.Errors }},
+	{field: "avg_latency_us", metric: "backend_avg_latency_seconds", help: "Average latency of calls to a backend node.", gauge: true,
+		read: func(s backend.Stats) int64 { return s.AvgLatency.Nanoseconds() }, scale: 1e-9,
+		show: func(ns int64) string { return strconv.FormatInt(ns/1000, 10) }},
+	// The mean since start times the calls: the time spent, which rate()
+	// over a window divides by the calls' rate, so a dashboard shows the
+	// mean latency of that window. Not in INFO (avg_latency_us is).
+	{metric: "backend_call_seconds_total", help: "Time spent in calls to a backend node (script calls and their pipelines).",
+		read: func(s backend.Stats) int64 { return s.AvgLatency.Nanoseconds() * s.Calls }, scale: 1e-9},
+}
+
+// backendInfo is INFO's Backends section: a line per node, its address
+// and then the table's figures (read from one backend.Stats).
+func backendInfo(nodes []*backend.Node) func() []string {
+	return func() []string {
+		lines := make([]string, len(nodes))
+		for i, n := range nodes {
+			s := n.Stats()
+			line := "node" + strconv.Itoa(i) + ":addr=" + strings.ReplaceAll(n.Name(), " ", "_")
+			for _, st := range nodeTable {
+				if st.field == "" {
+					continue
+				}
+				v := st.read(s)
+				if st.show != nil {
+					line += "," + st.field + "=" + st.show(v)
+				} else {
+					line += "," + st.field + "=" + strconv.FormatInt(v, 10)
+				}
+			}
+			lines[i] = line
+		}
+		return lines
+	}
+}
+
+// nodeCollectors turns the table into Prometheus collectors, a set per node.
+func nodeCollectors(nodes []*backend.Node) []prometheus.Collector {
+	var out []prometheus.Collector
+	for _, n := range nodes {
+		for _, st := range nodeTable {
+			scale := st.scale
+			if scale == 0 {
+				scale = 1
+			}
+			read := func() float64 { return float64(st.read(n.Stats())) * scale }
+			labels := prometheus.Labels{"node": n.Name()}
+			if st.gauge {
+				out = append(out, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "rlproxy", Name: st.metric, Help: st.help, ConstLabels: labels}, read))
+			} else {
+				out = append(out, prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rlproxy", Name: st.metric, Help: st.help, ConstLabels: labels}, read))
+			}
 		}
 	}
 	return out

@@ -15,6 +15,7 @@ func TestWaitersWokenByChange(t *testing.T) {
 	for _, algo := range []string{"sliding-log", "sliding-window", "fixed-window"} {
 		t.Run(algo, func(t *testing.T) {
 			t.Parallel()
+			h := h.alone(t) // its own proxy: the test counts waiting clients and decisions
 			key := "wake:" + algo
 			h.Do(t, setRateArgs(key, 1, "1h", algo)...).Equal(int64(1))
 			c := h.waiter(t)
@@ -22,8 +23,9 @@ func TestWaitersWokenByChange(t *testing.T) {
 
 			// RL.SETRATE to a rate with room: the waiter is granted now,
 			// not in an hour.
+			base := decisions(t, h.conn)
 			waiting := goDo(c, "RL.ACQUIRE", key, 1, "TIMEOUT", "3h")
-			time.Sleep(100 * time.Millisecond) // let it ask and go to sleep
+			waitAsked(t, h.conn, 1, base+1) // denied, asleep for the hour
 			h.Do(t, setRateArgs(key, 100, "1s", algo)...).Equal(int64(1))
 			if g := await(t, waiting, 5*time.Second).reply(t).Acquire(); !g.Granted {
 				t.Errorf("after RL.SETRATE %s 100 1s: waiter %+v, want granted", key, g)
@@ -32,8 +34,9 @@ func TestWaitersWokenByChange(t *testing.T) {
 			// RL.DEL: the waiter hears at once that the limiter is gone.
 			h.Do(t, setRateArgs(key, 1, "1h", algo)...).Equal(int64(1))
 			drained(t, c, key)
+			base = decisions(t, h.conn)
 			waiting = goDo(c, "RL.ACQUIRE", key, 1, "BLOCK")
-			time.Sleep(100 * time.Millisecond)
+			waitAsked(t, h.conn, 1, base+1)
 			h.Do(t, "RL.DEL", key).Equal(int64(1))
 			await(t, waiting, 5*time.Second).reply(t).Err("ERR no such limiter '" + key + "' (create it with RL.SETRATE)")
 		})
