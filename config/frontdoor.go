@@ -140,6 +140,6 @@ func Changed(old, new Config) []string {
 
 // fileOnly are the keys set in the config file only (no flag or
 // environment variable): structured values.
-var fileOnly = []string{"users"}
+var fileOnly = []string{"users", "policies"}
 
 func isFileOnly(key string) bool { return slices.Contains(fileOnly, key) }

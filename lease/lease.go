@@ -136,7 +136,7 @@ func (s *Service) place(ctx context.Context, name, client string, fresh bool) (r
 }
 
 func (s *Service) sub(p ratelimit.Placed, name string, shard int) sub {
-	return sub{name: name, shard: shard, node: p.Nodes[shard], epoch: p.Epoch,
+	return sub{name: name, shard: shard, node: p.Nodes[shard], epoch: p.ConfArg(shard),
 		keys: s.keys.Script(limiter.Concurrency, name, shard, p.Epoch, p.ClientKey)}
 }
 

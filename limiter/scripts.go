@@ -29,6 +29,8 @@ type Scripts struct {
 	Reset *redis.Script
 	// Cell is redis-cell's CL.THROTTLE (cell.lua, standalone: no config).
 	Cell *redis.Script
+	// Policy creates, replaces or deletes a policy (policy.lua).
+	Policy *redis.Script
 }
 
 // NewScripts builds every script: each algorithm between the shared
@@ -41,6 +43,7 @@ func NewScripts() *Scripts {
 		SetConf: redis.NewScript(lua("setconf.lua")),
 		Reset:   redis.NewScript(lua("reset.lua")),
 		Cell:    redis.NewScript(lua("cell.lua")),
+		Policy:  redis.NewScript(lua("policy.lua")),
 	}
 	files := map[Algo]string{
 		TokenBucket:   "token_bucket.lua",
@@ -100,7 +103,7 @@ func (s *Scripts) Limiter(algo Algo) *redis.Script {
 
 // All lists every script, for loading them onto a node ahead of use.
 func (s *Scripts) All() []*redis.Script {
-	all := []*redis.Script{s.SetConf, s.Reset, s.Cell}
+	all := []*redis.Script{s.SetConf, s.Reset, s.Cell, s.Policy}
 	for _, a := range Algos {
 		for _, m := range []map[Algo]*redis.Script{s.acquire, s.multi} {
 			if sc := m[a]; sc != nil {

@@ -73,8 +73,8 @@ func (l *Limiters) Charge(ctx context.Context, r Request) (limiter.Result, error
 // chargeShard charges one shard its share; ok is false when the shard
 // does not serve st's config.
 func (l *Limiters) chargeShard(ctx context.Context, st *entry, r Request, shard int, share int64) (limiter.Result, bool, error) {
-	keys := l.keys.ScriptLimits(st.Algo, r.Name, shard, st.Epoch, clientKey(&st.Stored, r.Client), len(st.LimitList()))
-	v, err := st.nodes[shard].Eval(ctx, st.script, keys, limiter.ChargeArgs(st.Epoch, share)...)
+	keys := l.keysOf(st, shard, clientKey(&st.Stored, r.Client))
+	v, err := st.node(shard).Eval(ctx, st.script, keys, limiter.ChargeArgs(st.confArg(shard), share)...)
 	if err != nil {
 		return limiter.Result{}, false, err
 	}

@@ -18,10 +18,11 @@ type metrics struct {
 	ln  net.Listener
 }
 
-func startMetrics(addr string, pool *backend.Pool, table []stat) (*metrics, error) {
+func startMetrics(addr string, pool *backend.Pool, table []stat, more ...prometheus.Collector) (*metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(statCollectors(table)...)
+	reg.MustRegister(more...)
 	for _, n := range pool.Nodes() {
 		labels := prometheus.Labels{"node": n.Name()}
 		stats := n.Stats

@@ -65,19 +65,26 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	o := frontDoor(cfg)
 	o.Version, o.Log, o.Poller = Version, log, poller
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: pool.Info}}, infoSections(stats)...)
-	srv = server.New(o, commands.Limiters(limiters, commands.Options{
-		DefaultShards: cfg.DefaultShards,
-		ShardRate:     cfg.ShardRate,
-		MaxAutoShards: cfg.MaxAutoShards,
-		Changed:       leases.Changed,
-	}), commands.Leases(leases))
-	if err := srv.Listen(); err != nil {
+	co := commandOptions(cfg, leases)
+	srv = server.New(o, commands.Limiters(limiters, co), commands.Leases(leases), commands.Policies(limiters, co))
+	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, cfg: cfg, done: make(chan error, 1)}
+	// The policies are in force before the listener answers.
+	sets, err := policySets(cfg, co)
+	if err == nil {
+		err = p.applyPolicies(ctx, sets)
+	}
+	if err != nil {
+		limiters.Close()
 		pool.Close()
 		return nil, err
 	}
-	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, cfg: cfg, done: make(chan error, 1)}
+	if err := srv.Listen(); err != nil {
+		limiters.Close()
+		pool.Close()
+		return nil, err
+	}
 	if cfg.MetricsListen != "" {
-		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats); err != nil {
+		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats, policyCollector{limiters}); err != nil {
 			srv.Close()
 			pool.Close()
 			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
@@ -85,6 +92,16 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	}
 	go func() { p.done <- srv.Serve() }()
 	return p, nil
+}
+
+// commandOptions is the commands' part of cfg.
+func commandOptions(cfg config.Config, leases *lease.Service) commands.Options {
+	return commands.Options{
+		DefaultShards: cfg.DefaultShards,
+		ShardRate:     cfg.ShardRate,
+		MaxAutoShards: cfg.MaxAutoShards,
+		Changed:       leases.Changed,
+	}
 }
 
 // backendErrorPolicy maps on_backend_error to the limiters' policy.

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"context"
 	"slices"
+	"time"
 
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/ratelimit"
@@ -42,10 +44,22 @@ var callerKeys = []string{"log_level"}
 func (p *Proxy) Reload(cfg config.Config) (needRestart []string, err error) {
 	p.reloadMu.Lock()
 	defer p.reloadMu.Unlock()
+	sets, err := policySets(cfg, commandOptions(cfg, p.leases))
+	if err != nil {
+		return nil, err
+	}
 	if err := p.server.Reload(frontDoor(cfg)); err != nil {
 		return nil, err
 	}
 	applied := p.applyLimiterKeys(p.cfg, cfg)
+	if slices.Contains(config.Changed(p.cfg, cfg), "policies") {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.applyPolicies(ctx, sets); err != nil {
+			return nil, err
+		}
+		applied = append(applied, "policies")
+	}
 	for _, key := range config.Changed(p.cfg, cfg) {
 		if !slices.Contains(frontDoorKeys, key) && !slices.Contains(callerKeys, key) && !slices.Contains(applied, key) {
 			needRestart = append(needRestart, key)
@@ -64,6 +78,7 @@ func limiterOptions(cfg config.Config) ratelimit.Options {
 		DenyCache:      cfg.DenyCache,
 		DenyCacheSize:  cfg.DenyCacheSize,
 		MaxWaiters:     cfg.MaxWaiters,
+		MaxPolicies:    cfg.MaxPolicies,
 	}
 }
 
@@ -72,7 +87,7 @@ func limiterOptions(cfg config.Config) ratelimit.Options {
 // timeouts when it is made, so a longer one would not take effect.)
 var limiterKeys = []string{
 	"deny_cache", "deny_cache_size", "max_probes", "on_backend_error",
-	"max_waiters", "breaker_cooldown",
+	"max_waiters", "breaker_cooldown", "max_policies",
 }
 
 // applyLimiterKeys applies the limiter side's live keys that changed

@@ -96,7 +96,7 @@ const checks = {
   },
   "errors arrive as the library's reply errors, and the connection stays": async () => {
     let err = await rejects(c.call("RL.ACQUIRE", k("none")));
-    assert.equal(err.message, `ERR no such limiter '${k("none")}' (create it with RL.SETRATE)`);
+    assert.equal(err.message, `ERR no such limiter '${k("none")}' (create it with RL.SETRATE or RL.POLICY SET)`);
     err = await rejects(c.call("RL.ACQUIRE", k("api"), 6));
     assert.equal(err.message, `ERR requested 6 permits but limiter '${k("api")}' holds at most 5 per request`);
     err = await rejects(c.call("RL.SETRATE", k("bad"), 0, "1s"));

@@ -73,7 +73,7 @@ def getrate():
 def errors():
     # redis-py drops the "ERR " of an error reply.
     got = error_of(c.execute_command, "RL.ACQUIRE", k("none"))
-    assert got == f"no such limiter '{k('none')}' (create it with RL.SETRATE)", got
+    assert got == f"no such limiter '{k('none')}' (create it with RL.SETRATE or RL.POLICY SET)", got
     got = error_of(c.execute_command, "RL.ACQUIRE", k("api"), 6)
     assert got == f"requested 6 permits but limiter '{k('api')}' holds at most 5 per request", got
     got = error_of(c.execute_command, "RL.SETRATE", k("bad"), 0, "1s")
