@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/limiter"
 )
@@ -310,4 +311,21 @@ func TestPolicyConfigFile(t *testing.T) {
 	if _, err := h.proxy.Reload(cfg); err == nil || !strings.Contains(err.Error(), "MODE must be OVERALL or PER_CLIENT") {
 		t.Errorf("reload with a bad policy: %v, want the MODE error", err)
 	}
+}
+
+// RL.POLICY is admin-only; a user's limiters patterns apply to governed
+// names as to any other.
+func TestPolicyUsers(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(c *config.Config) {
+		c.RequirePass = "root"
+		c.Users = []config.User{{Name: "app", Password: "apppw", Commands: []string{"acquire"}, Limiters: []string{"api:*"}}}
+	})
+	h.Do(t, "RL.POLICY", "SET", "*", 1, "1m").Equal(int64(1))
+	app := h.Conn(t, func(o *redis.Options) { o.Username, o.Password = "app", "apppw" })
+	app.Do(t, "RL.ACQUIRE", "api:1").Granted(0)
+	app.Do(t, "RL.ACQUIRE", "billing:1").Err("NOPERM No permissions to access the 'billing:1' limiter")
+	app.Do(t, "RL.POLICY", "SET", "api:*", 100, "1s").Err("NOPERM User app has no permissions to run the 'rl.policy' command")
+	app.Do(t, "RL.POLICY", "LIST").Err("NOPERM User app has no permissions to run the 'rl.policy' command")
+	h.Do(t, "RL.ACQUIRE", strings.Repeat("x", 513)).Err("ERR limiter name is longer than 512 bytes")
 }
