@@ -13,7 +13,8 @@
 #
 # Knobs (environment): BENCH_ROUNDS (3), BENCH_SECONDS (4, per run),
 # BENCH_DENY_RATE (1000 permits/s), BENCH_NODES (4, for the scaling run),
-# BENCH_GO (1: also run the Go benchmarks), BENCH_OUT (bench-results),
+# BENCH_GO (1: also run the Go benchmarks), BENCH_MEMORY (1: also
+# scripts/memory.sh, the proxy's RSS per limiter), BENCH_OUT (bench-results),
 # BENCH_RLPROXY (a prebuilt rlproxy binary to measure instead of this
 # tree's: the same suite on an older version, for before/after tables).
 # The Redis-bound runs (capped-*) need a writable cgroup cpu controller
@@ -235,4 +236,9 @@ if [ "${BENCH_GO:-1}" = 1 ]; then
 	say "bench: Go benchmarks of the hot paths (go test -bench, allocations reported)"
 	$GO test -run='^$' -bench=. -benchmem -benchtime=200ms ./server ./commands ./limiter ./backend ./sharding ./ratelimit |
 		tee "$OUT/go-bench.txt"
+fi
+
+if [ "${BENCH_MEMORY:-1}" = 1 ]; then
+	say "bench: the proxy's memory per limiter and per policy name (scripts/memory.sh; about 4 minutes)"
+	MEM_RLPROXY="$work/rlproxy" bash scripts/memory.sh | tee "$OUT/memory.txt"
 fi

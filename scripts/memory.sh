@@ -5,13 +5,21 @@
 #     limits (7 LIMITs), each acquired once: target <= 100 MB;
 #   - MEM_NAMES (300000) ordinary limiters (RL.SETRATE name 100 1s), each
 #     acquired once: target <= 300 MB;
+#   - one policy (RL.POLICY SET user:* 100 1h) and MEM_POLICY_NAMES
+#     (1000000) names under it, acquired at random by redis-benchmark (50
+#     connections, pipelines of 16; 3 acquires a name on average, so 95%
+#     of the names are used): target <= 150 MB, and flat between 100,000
+#     names and all of them;
 # each on a fresh redis-server and rlproxy. Commands go in with
 # redis-cli --pipe. Prints one line per case; exits non-zero when a
-# target is missed. MEM_RLPROXY: a prebuilt rlproxy to measure instead.
+# target is missed. MEM_RLPROXY: a prebuilt rlproxy to measure instead;
+# MEM_CASES: some of "heavy ordinary policy" (default: all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 NAMES=${MEM_NAMES:-300000}
+POLICY_NAMES=${MEM_POLICY_NAMES:-1000000}
+CASES=${MEM_CASES:-heavy ordinary policy}
 GO=${GO:-go}
 work=$(mktemp -d "${TMPDIR:-/tmp}/rlmem.XXXXXX")
 pids=()
@@ -70,7 +78,41 @@ run() {
 	wait_ready "$pport"
 	local before
 	before=$(rss_mb "$ppid")
-	python3 - "$gen" "$NAMES" >"$work/cmds" <<'PY'
+	if [ "$gen" = policy ]; then
+		# As an application's traffic comes: 50 connections, pipelines of
+		# 16, each request a random name (redis-benchmark's __rand_int__),
+		# over 100,000 names, then over all of them: RSS must stay flat.
+		redis-cli -p "$pport" RL.POLICY SET user:* 100 1h >/dev/null
+		local first
+		redis-benchmark -p "$pport" -c 50 -P 16 -n 400000 -r 100000 -q RL.ACQUIRE user:__rand_int__ >"$work/bench.out" 2>&1
+		first=$(rss_mb "$ppid")
+		printf 'memory: %-44s rlproxy RSS %6s MB after 400,000 acquires of 100,000 names\n' "$name" "$first"
+		redis-benchmark -p "$pport" -c 50 -P 16 -n $((POLICY_NAMES * 3)) -r "$POLICY_NAMES" -q RL.ACQUIRE user:__rand_int__ >"$work/bench.out" 2>&1
+		printf 'memory: %-44s %s acquires of %s names: %s\n' "$name" $((POLICY_NAMES * 3)) "$POLICY_NAMES" "$(tr '\r' '\n' <"$work/bench.out" | grep -a 'requests per second' | tail -1)"
+		local names
+		names=$(redis-cli -p "$rport" --scan --pattern 'rl:{user:*' | wc -l)
+		printf 'memory: %-44s %s state keys in Redis now (each name full again drops its key)\n' "$name" "$names"
+	else
+		gen_cmds "$gen" "$NAMES" >"$work/cmds"
+		redis-cli -p "$pport" --pipe <"$work/cmds" >"$work/pipe.out" 2>&1 || { cat "$work/pipe.out" >&2; exit 1; }
+		grep -q 'errors: 0' "$work/pipe.out" || { say "memory: $name: errors"; cat "$work/pipe.out" >&2; failed=1; }
+	fi
+	local after
+	after=$(rss_mb "$ppid")
+	local verdict=ok
+	awk -v a="$after" -v t="$target" 'BEGIN { exit !(a > t) }' && { verdict="OVER the $target MB target"; failed=1; }
+	if [ "$gen" = policy ] && awk -v a="$after" -v f="$first" 'BEGIN { exit !(a > 1.25 * f + 10) }'; then
+		verdict="$verdict; NOT flat (from $first MB)"
+		failed=1
+	fi
+	printf 'memory: %-44s rlproxy RSS %6s MB before, %6s MB after (target <= %s MB): %s\n' "$name" "$before" "$after" "$target" "$verdict"
+	kill "$ppid"
+	wait "$ppid" 2>/dev/null || true
+}
+
+# gen_cmds KIND N: the commands of a case, in RESP.
+gen_cmds() {
+	python3 - "$@" <<'PY'
 import sys
 gen, names = sys.argv[1], int(sys.argv[2])
 out = sys.stdout.buffer
@@ -94,17 +136,9 @@ else:
         cmd("RL.SETRATE", "user:%d" % i, "100", "1s")
         cmd("RL.ACQUIRE", "user:%d" % i)
 PY
-	redis-cli -p "$pport" --pipe <"$work/cmds" >"$work/pipe.out" 2>&1 || { cat "$work/pipe.out" >&2; exit 1; }
-	grep -q 'errors: 0' "$work/pipe.out" || { say "memory: $name: errors"; cat "$work/pipe.out" >&2; failed=1; }
-	local after
-	after=$(rss_mb "$ppid")
-	local verdict=ok
-	awk -v a="$after" -v t="$target" 'BEGIN { exit !(a > t) }' && { verdict="OVER the $target MB target"; failed=1; }
-	printf 'memory: %-44s rlproxy RSS %6s MB before, %6s MB after (target <= %s MB): %s\n' "$name" "$before" "$after" "$target" "$verdict"
-	kill "$ppid"
-	wait "$ppid" 2>/dev/null || true
 }
 
-run "100 limiters: 512-byte names, SHARDS 1024, 8 limits" 100 heavy
-run "$NAMES ordinary limiters" 300 ordinary
+case " $CASES " in *" heavy "*) run "100 limiters: 512-byte names, SHARDS 1024, 8 limits" 100 heavy ;; esac
+case " $CASES " in *" ordinary "*) run "$NAMES ordinary limiters" 300 ordinary ;; esac
+case " $CASES " in *" policy "*) run "$POLICY_NAMES names under one policy" 150 policy ;; esac
 exit $failed
