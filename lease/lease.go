@@ -271,7 +271,20 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 		}
 	}()
 	for attempt := 0; ; {
+		// Placed again each time (from the config cache, or the policy in
+		// force): a name a policy governs learns of its policy's change or
+		// deletion here, as no script can tell it.
+		if p, err = s.place(ctx, r.Name, r.Client, false); err != nil {
+			return Result{}, err
+		}
+		if shard >= p.Shards {
+			return s.waitAgain(ctx, r, deadline)
+		}
 		b := s.sub(p, r.Name, shard)
+		if queued != nil && queued.epoch != b.epoch {
+			_, _ = s.call(ctx, *queued, limiter.OpCancel, limiter.CancelArgs(queued.epoch, w.ticket, r.Permits))
+			queued = nil
+		}
 		if p.Shards != len(p.Nodes) || b.node != node {
 			// The limiter was resharded or moved: start over on it.
 			return s.waitAgain(ctx, r, deadline)

@@ -177,6 +177,22 @@ func TestPolicyEveryCommand(t *testing.T) {
 	h.Do(t, "RL.RETURN", "db:1", lease[3]).Equal(int64(1))
 	h.Do(t, "RL.AVAILABLE", "db:1").Equal(int64(2))
 	h.Do(t, "RL.ACQUIRE", "db:1").ErrContains("RL.LEASE")
+	// A lease waiter hears of RL.POLICY DEL.
+	h.Do(t, "RL.LEASE", "db:2", 2).OK()
+	w := h.waiter(t)
+	waiting := goDo(w, "RL.LEASE", "db:2", 1, "BLOCK")
+	if err := eventually(3*time.Second, func() error {
+		if n := shardInfo(t, h, "leases")["lease_waiting_clients"]; n != "1" {
+			return fmt.Errorf("lease_waiting_clients:%s, want 1", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.Do(t, "RL.POLICY", "DEL", "db:*").Equal(int64(1))
+	if r := await(t, waiting, 5*time.Second); r.err == nil || r.err.Error() != fmt.Sprintf(noSuch, "db:2") {
+		t.Errorf("lease waiter after RL.POLICY DEL: %v %v, want no such limiter", r.val, r.err)
+	}
 	// Sharded policies: each name's shards sum to the rate.
 	h.Do(t, "RL.POLICY", "SET", "sh:*", 8, "1h", "SHARDS", 4).Equal(int64(1))
 	h.Do(t, "RL.AVAILABLE", "sh:1").Equal(int64(8))
