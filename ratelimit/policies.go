@@ -152,7 +152,7 @@ func (l *Limiters) governed(name string) *entry {
 	return l.newEntry(name, p.Stored, p)
 }
 
-// PolicyPatternError: a pattern that is not a prefix followed by '*'.
+// errPolicyPattern: a pattern that is not a prefix followed by '*'.
 var errPolicyPattern = errors.New("policy pattern must be a prefix followed by '*' (like user:*)")
 
 // CheckPolicyPattern reports a pattern of the wrong shape.

@@ -84,11 +84,11 @@ run() {
 		# over 100,000 names, then over all of them: RSS must stay flat.
 		redis-cli -p "$pport" RL.POLICY SET user:* 100 1h >/dev/null
 		local first
-		redis-benchmark -p "$pport" -c 50 -P 16 -n 400000 -r 100000 -q RL.ACQUIRE user:__rand_int__ >"$work/bench.out" 2>&1
+		acquire_random 400000 100000
 		first=$(rss_mb "$ppid")
 		printf 'memory: %-44s rlproxy RSS %6s MB after 400,000 acquires of 100,000 names\n' "$name" "$first"
-		redis-benchmark -p "$pport" -c 50 -P 16 -n $((POLICY_NAMES * 3)) -r "$POLICY_NAMES" -q RL.ACQUIRE user:__rand_int__ >"$work/bench.out" 2>&1
-		printf 'memory: %-44s %s acquires of %s names: %s\n' "$name" $((POLICY_NAMES * 3)) "$POLICY_NAMES" "$(tr '\r' '\n' <"$work/bench.out" | grep -a 'requests per second' | tail -1)"
+		acquire_random $((POLICY_NAMES * 3)) "$POLICY_NAMES"
+		printf 'memory: %-44s %s acquires of %s names: %s\n' "$name" $((POLICY_NAMES * 3)) "$POLICY_NAMES" "$(tr '\r' '\n' <"$work/bench.out" | grep -a 'requests per second' | tail -1 || true)"
 		local names
 		names=$(redis-cli -p "$rport" --scan --pattern 'rl:{user:*' | wc -l)
 		printf 'memory: %-44s %s state keys in Redis now (each name full again drops its key)\n' "$name" "$names"
@@ -108,6 +108,17 @@ run() {
 	printf 'memory: %-44s rlproxy RSS %6s MB before, %6s MB after (target <= %s MB): %s\n' "$name" "$before" "$after" "$target" "$verdict"
 	kill "$ppid"
 	wait "$ppid" 2>/dev/null || true
+}
+
+# acquire_random N NAMES: N RL.ACQUIREs of random names user:<0..NAMES-1>
+# through the proxy at $pport, as redis-benchmark sends them.
+acquire_random() {
+	if ! redis-benchmark -p "$pport" -c 50 -P 16 -n "$1" -r "$2" -q RL.ACQUIRE user:__rand_int__ >"$work/bench.out" 2>&1 ||
+		! grep -aq 'requests per second' "$work/bench.out"; then
+		say "memory: redis-benchmark failed:"
+		tr '\r' '\n' <"$work/bench.out" | tail -5 >&2
+		failed=1
+	fi
 }
 
 # gen_cmds KIND N: the commands of a case, in RESP.
