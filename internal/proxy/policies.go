@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/rlproxy/rlproxy/config"
@@ -32,4 +34,35 @@ func (p *Proxy) applyPolicies(ctx context.Context, sets []commands.PolicySet) er
 		}
 	}
 	return p.limiters.RefreshPolicies(ctx)
+}
+
+// retryPolicies applies the config file's policies (as last loaded)
+// every second until it succeeds or the proxy closes: the backends were
+// down at start.
+func (p *Proxy) retryPolicies(log *slog.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-p.stopPolicies:
+			return
+		}
+		if p.tryPolicies() == nil {
+			log.Info("policies applied")
+			return
+		}
+	}
+}
+
+func (p *Proxy) tryPolicies() error {
+	p.reloadMu.Lock()
+	defer p.reloadMu.Unlock()
+	sets, err := policySets(p.cfg, commandOptions(p.cfg, p.leases))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return p.applyPolicies(ctx, sets)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -293,6 +294,27 @@ func TestPolicyAcrossProxies(t *testing.T) {
 	}
 	t.Logf("waiters on two other proxies answered %v after RL.POLICY DEL", time.Since(start).Round(time.Millisecond))
 	c.Do(t, "RL.GETRATE", "user:x").Equal(getRate3(100, 1000, "token-bucket", 100, "OVERALL", 0)) // the explicit limiter stays
+
+	// RL.POLICY SET racing through every proxy converges: all decide under
+	// the one stored last.
+	var wg sync.WaitGroup
+	for i, p := range f.proxies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.client(t, nil).Do(context.Background(), "RL.POLICY", "SET", "race:*", 10+i, "1h")
+		}()
+	}
+	wg.Wait()
+	rate := a.Do(t, "RL.POLICY", "GET", "race:*").OK().(map[any]any)["rate"]
+	within("every proxy follows the policy stored last", 1500*time.Millisecond, func() error {
+		for i, p := range f.proxies {
+			if r, err := p.client(t, nil).Do(context.Background(), "RL.AVAILABLE", "race:1").Result(); err != nil || r != rate {
+				return fmt.Errorf("proxy %d: RL.AVAILABLE race:1 = %v %v, want %v", i, r, err, rate)
+			}
+		}
+		return nil
+	})
 }
 
 // Policies in the config file: in force before the listener answers,

@@ -36,6 +36,8 @@ type Proxy struct {
 
 	closeOnce sync.Once
 
+	stopPolicies chan struct{} // closed by closeRest: retryPolicies ends
+
 	reloadMu sync.Mutex
 	cfg      config.Config // as started, then as last reloaded
 }
@@ -68,15 +70,19 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	co := commandOptions(cfg, leases)
 	srv = server.New(o, commands.Limiters(limiters, co), commands.Leases(leases), commands.Policies(limiters, co))
 	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, cfg: cfg, done: make(chan error, 1)}
-	// The policies are in force before the listener answers.
+	// The policies are in force before the listener answers — unless the
+	// backends cannot be reached now: then they are applied once they can
+	// (a proxy starts without its backends, as it runs without them).
 	sets, err := policySets(cfg, co)
-	if err == nil {
-		err = p.applyPolicies(ctx, sets)
-	}
 	if err != nil {
 		limiters.Close()
 		pool.Close()
 		return nil, err
+	}
+	p.stopPolicies = make(chan struct{})
+	if err := p.applyPolicies(ctx, sets); err != nil {
+		log.Warn("policies not read (or applied) yet: the backends cannot be reached; trying again every second", "err", err)
+		go p.retryPolicies(log)
 	}
 	if err := srv.Listen(); err != nil {
 		limiters.Close()
@@ -150,6 +156,7 @@ func (p *Proxy) Shutdown(timeout time.Duration) error {
 
 func (p *Proxy) closeRest(err error) error {
 	p.closeOnce.Do(func() {
+		close(p.stopPolicies)
 		<-p.done
 		p.metrics.close()
 		p.limiters.Close()
