@@ -164,6 +164,19 @@ const checks = {
     assert.equal(await c.call("RL.AVAILABLE", k("db")), 2);
     assert.match((await rejects(c.call("RL.ACQUIRE", k("db")))).message, /RL\.LEASE/);
   },
+  "per-user limits: one RL.POLICY SET, then RL.ACQUIRE per user": async () => {
+    assert.equal(await c.call("RL.POLICY", "SET", k("user:*"), 2, "1h"), 1);
+    assert.equal(await c.call("RL.POLICY", "SET", k("user:*"), 2, "1h"), 0);
+    for (const user of ["alice", "bob"]) {
+      assert.deepEqual((await c.call("RL.ACQUIRE", k(`user:${user}`))).slice(0, 2), [1, 1]);
+      assert.deepEqual((await c.call("RL.ACQUIRE", k(`user:${user}`))).slice(0, 2), [1, 0]);
+      assert.equal((await c.call("RL.ACQUIRE", k(`user:${user}`)))[0], 0);
+    }
+    assert.equal(String(await c.call("RL.POLICY", "MATCH", k("user:carol"))), k("user:*"));
+    assert.equal(await c.call("RL.POLICY", "DEL", k("user:*")), 1);
+    const err = await rejects(c.call("RL.ACQUIRE", k("user:alice")));
+    assert.equal(err.message, `ERR no such limiter '${k("user:alice")}' (create it with RL.SETRATE or RL.POLICY SET)`);
+  },
 };
 
 let failed = 0;
