@@ -23,6 +23,8 @@ type Scripts struct {
 	acquire map[Algo]*redis.Script
 	// multi are the multi-limit variants (see For).
 	multi map[Algo]*redis.Script
+	// names decide many names a policy governs in one call (see Names).
+	names map[Algo]*redis.Script
 	// SetConf creates or replaces the config of one sub-limiter (setconf.lua).
 	SetConf *redis.Script
 	// Reset moves a sub-limiter to a new epoch: fresh state (reset.lua).
@@ -40,6 +42,7 @@ func NewScripts() *Scripts {
 	s := &Scripts{
 		acquire: map[Algo]*redis.Script{},
 		multi:   map[Algo]*redis.Script{},
+		names:   map[Algo]*redis.Script{},
 		SetConf: redis.NewScript(lua("setconf.lua")),
 		Reset:   redis.NewScript(lua("reset.lua")),
 		Cell:    redis.NewScript(lua("cell.lua")),
@@ -64,6 +67,7 @@ func NewScripts() *Scripts {
 		// enforce only the first.
 		s.acquire[algo] = redis.NewScript(prelude + oneLimit + body + epilogue)
 		s.multi[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("multi.lua") + epilogue)
+		s.names[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("names.lua"))
 	}
 	// The semaphore has ops of its own (no epilogue); it answers peek as
 	// the others do, so RL.AVAILABLE reads it the same way.
@@ -105,7 +109,7 @@ func (s *Scripts) Limiter(algo Algo) *redis.Script {
 func (s *Scripts) All() []*redis.Script {
 	all := []*redis.Script{s.SetConf, s.Reset, s.Cell, s.Policy}
 	for _, a := range Algos {
-		for _, m := range []map[Algo]*redis.Script{s.acquire, s.multi} {
+		for _, m := range []map[Algo]*redis.Script{s.acquire, s.multi, s.names} {
 			if sc := m[a]; sc != nil {
 				all = append(all, sc)
 			}
@@ -113,3 +117,8 @@ func (s *Scripts) All() []*redis.Script {
 	}
 	return all
 }
+
+// Names returns the script that decides acquires for many names of one
+// policy on one node in one call (names.lua: one limit, one shard, no
+// waiting), or nil for an algorithm without one.
+func (s *Scripts) Names(algo Algo) *redis.Script { return s.names[algo] }

@@ -81,42 +81,50 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 // safe to call concurrently.
 func (l *Limiters) Go(ctx context.Context, reqs []Request, done func(i int, o Outcome)) {
 	var (
-		tries []firstTry
-		at    []int // the request index of each try
-		calls []coalesce.Call[limiter.Ask, answer]
-		rest  []int // requests that take the full path from the start
+		tries, ntries []firstTry
+		at, nat       []int // the request index of each try
+		calls         []coalesce.Call[limiter.Ask, answer]
+		ncalls        []coalesce.Call[nameAsk, answer] // tries with other names of a policy
+		rest          []int                            // requests that take the full path from the start
 	)
 	for i, r := range reqs {
 		t, cached, way := l.firstTry(ctx, r)
-		switch way {
-		case answered:
+		switch {
+		case way == answered:
 			done(i, cached)
-		case fullPath:
+		case way == fullPath:
 			rest = append(rest, i)
+		case t.names != nil:
+			ntries, nat, ncalls = append(ntries, t), append(nat, i), append(ncalls, *t.names)
 		default:
 			tries, at, calls = append(tries, t), append(at, i), append(calls, t.call)
 		}
 	}
 	for j, i := range rest {
-		if j < len(rest)-1 || len(calls) > 0 {
+		if j < len(rest)-1 || len(calls)+len(ncalls) > 0 {
 			go func() { done(i, l.full(ctx, reqs[i], nil)) }()
 		} else {
 			done(i, l.full(ctx, reqs[i], nil)) // nothing else to wait for: on the caller's goroutine
 		}
 	}
-	if len(calls) == 0 {
-		return
-	}
 	sent := time.Now() // before any of the calls: a cached denial never outlives the real one
-	l.batches.GoAll(calls, func(j int, o coalesce.Outcome[answer]) {
-		i := at[j]
-		res, ok, from := l.settle(ctx, reqs[i], tries[j], o, sent)
-		if ok {
-			done(i, res)
-			return
+	settled := func(tries []firstTry, at []int) func(j int, o coalesce.Outcome[answer]) {
+		return func(j int, o coalesce.Outcome[answer]) {
+			i := at[j]
+			res, ok, from := l.settle(ctx, reqs[i], tries[j], o, sent)
+			if ok {
+				done(i, res)
+				return
+			}
+			go func() { done(i, l.full(ctx, reqs[i], from)) }() // not on the batch's goroutine: it has others to answer
 		}
-		go func() { done(i, l.full(ctx, reqs[i], from)) }() // not on the batch's goroutine: it has others to answer
-	})
+	}
+	if len(calls) > 0 {
+		l.batches.GoAll(calls, settled(tries, at))
+	}
+	if len(ncalls) > 0 {
+		l.names.GoAll(ncalls, settled(ntries, nat))
+	}
 }
 
 // firstTry is a request's first try: one sub-limiter, picked at random,
@@ -125,6 +133,7 @@ type firstTry struct {
 	e     *entry
 	shard int
 	call  coalesce.Call[limiter.Ask, answer]
+	names *coalesce.Call[nameAsk, answer] // instead of call: with other names of a policy (names.go)
 }
 
 // How a request goes on after firstTry.
@@ -151,6 +160,9 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 	rt := l.route(e, shard, r.Client)
 	if rt.node.Down() != nil {
 		return firstTry{}, Outcome{}, fullPath // the full path walks past dead shards
+	}
+	if nc, ok := l.namesCall(e, r, rt); ok {
+		return firstTry{e: e, shard: shard, names: &nc}, Outcome{}, batched
 	}
 	return firstTry{e: e, shard: shard, call: coalesce.Call[limiter.Ask, answer]{
 		Key: rt.batchKey, Item: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, Run: rt.run,

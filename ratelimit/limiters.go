@@ -40,15 +40,17 @@ type Options struct {
 // concurrent acquires of one sub-limiter into one script call, and retries
 // once a script says the config it was given has changed.
 type Limiters struct {
-	pool    *backend.Pool
-	keys    limiter.Keys
-	scripts *limiter.Scripts
-	live    atomic.Pointer[Options] // opt, SetOptions
-	names   []string                // node names, for placement
+	pool      *backend.Pool
+	keys      limiter.Keys
+	scripts   *limiter.Scripts
+	live      atomic.Pointer[Options] // opt, SetOptions
+	nodeNames []string                // node names, for placement
 
 	configs  configCache
 	policies policies
 	batches  coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
+	names    coalesce.Coalescer[nameAsk, answer]     // per node and policy (names.go)
+	cluster  bool                                    // on a Redis Cluster: no names calls
 	denials  denyCache
 	queues   queues
 	sleepers sleepers // waiters asleep, per limiter (Wake)
@@ -79,9 +81,13 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 	}
 	l.live.Store(&o)
 	l.batches.MaxGather = maxGather
+	l.names.MaxGather = maxGather
 	l.denials.max = o.DenyCacheSize
 	for _, n := range pool.Nodes() {
-		l.names = append(l.names, n.Name())
+		l.nodeNames = append(l.nodeNames, n.Name())
+		if _, ok := n.Client().(*redis.ClusterClient); ok {
+			l.cluster = true
+		}
 	}
 	go l.followPolicies()
 	return l
@@ -135,7 +141,7 @@ func (l *Limiters) nodes(name string, shards int) []*backend.Node {
 // placement maps each of a limiter's shards to the index of its node in
 // the pool (rendezvous hashing with bounded loads, see sharding.Placement).
 func (l *Limiters) placement(name string, shards int) []uint16 {
-	place := sharding.Placement(name, shards, l.names)
+	place := sharding.Placement(name, shards, l.nodeNames)
 	out := make([]uint16, len(place))
 	for i, n := range place {
 		out[i] = uint16(n)

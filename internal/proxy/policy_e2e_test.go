@@ -367,3 +367,57 @@ func TestPolicyUsers(t *testing.T) {
 	app.Do(t, "RL.POLICY", "LIST").Err("NOPERM User app has no permissions to run the 'rl.policy' command")
 	h.Do(t, "RL.ACQUIRE", strings.Repeat("x", 513)).Err("ERR limiter name is longer than 512 bytes")
 }
+
+// Requests for different names of one policy go to Redis together: a
+// pipeline of 600 acquires over 50 names is decided in a few script calls
+// (names.lua), each name exactly: 10 granted, 2 denied, in order.
+func TestPolicyNamesShareScriptCalls(t *testing.T) {
+	t.Parallel()
+	for _, algo := range []string{"token-bucket", "sliding-log", "sliding-window", "fixed-window"} {
+		t.Run(algo, func(t *testing.T) {
+			t.Parallel()
+			h := start(t, func(c *config.Config) { c.DenyCache = false })
+			h.Do(t, "RL.POLICY", "SET", "n:*", 10, "1h", "ALGO", algo).Equal(int64(1))
+			backend := redis.NewClient(&redis.Options{Addr: h.backend.Addr(), Protocol: 2})
+			defer backend.Close()
+			resetBackendStats(t, backend)
+			pipe := h.client(t, nil).Pipeline()
+			var cmds []*redis.Cmd
+			for range 12 {
+				for n := range 50 {
+					cmds = append(cmds, pipe.Do(context.Background(), "RL.ACQUIRE", fmt.Sprintf("n:%d", n)))
+				}
+			}
+			if _, err := pipe.Exec(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			granted := map[string]int{}
+			for i, c := range cmds {
+				v, err := c.Slice()
+				if err != nil {
+					t.Fatalf("acquire %d: %v", i, err)
+				}
+				name := fmt.Sprintf("n:%d", i%50)
+				if v[0] == int64(1) {
+					granted[name]++
+					if want := int64(10 - granted[name]); v[1] != want {
+						t.Errorf("%s grant %d: remaining %v, want %d", name, granted[name], v[1], want)
+					}
+				} else if granted[name] != 10 {
+					t.Errorf("%s denied after %d grants, want 10 first", name, granted[name])
+				}
+			}
+			for n := range 50 {
+				if g := granted[fmt.Sprintf("n:%d", n)]; g != 10 {
+					t.Errorf("n:%d: %d granted of 12, want 10", n, g)
+				}
+			}
+			calls := backendCalls(t, backend)
+			scripts := calls["evalsha"] + calls["eval"]
+			t.Logf("%s: 600 acquires over 50 names: %d script calls", algo, scripts)
+			if scripts > 60 {
+				t.Errorf("%d script calls for 600 acquires over 50 names: names are not decided together", scripts)
+			}
+		})
+	}
+}
