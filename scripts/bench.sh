@@ -182,6 +182,13 @@ interleaved deny-p16 --conns 50 --pipeline 16 --rate "$DENY_RATE"
 interleaved deny-p1 --conns 50 --pipeline 1 --rate "$DENY_RATE"
 interleaved light --conns 1 --pipeline 1
 
+# One rule, many names: a policy over 10,000 names, each request a random
+# one, against direct EVALSHA of the minimal GCRA on per-name keys.
+for p in 1 16; do
+	redis-cli -p "$P1" RL.POLICY SET "bench:policy-p$p:*" 1000000000 1s >/dev/null
+	interleaved "policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
+done
+
 # The Redis-bound regime: a redis-server capped at 10% of one core, with
 # rlbench and a proxy of its own outside the cap. Redis is the scarce
 # resource here, so what counts is how few of its cycles a request takes.
@@ -191,6 +198,10 @@ if cap_cpu "${pids[-1]}"; then
 	start_proxy "$CR"
 	BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved capped-p1 --conns 50 --pipeline 1
 	BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved capped-p16 --conns 50 --pipeline 16
+	for p in 1 16; do
+		redis-cli -p "$PROXY_PORT" RL.POLICY SET "bench:capped-policy-p$p:*" 1000000000 1s >/dev/null
+		BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved "capped-policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
+	done
 fi
 
 # Script calls per denied acquire on SHARDS 4 (max_probes 2, deny cache
