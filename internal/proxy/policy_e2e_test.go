@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/redistest"
 	"github.com/rlproxy/rlproxy/limiter"
 )
 
@@ -420,4 +421,45 @@ func TestPolicyNamesShareScriptCalls(t *testing.T) {
 			}
 		})
 	}
+}
+
+// On a Redis Cluster: policies live in one slot, every governed name's
+// script touches its own slot only (no names calls), sharded policies too.
+func TestPolicyCluster(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3)
+	h := startProxy(t, nil, func(c *config.Config) { c.Cluster = cluster.URLs() })
+	h.Do(t, "RL.POLICY", "SET", "user:*", 2, "1h").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "SET", "big:*", 8, "1h", "SHARDS", 4).Equal(int64(1))
+	pipe := h.client(t, nil).Pipeline()
+	var cmds []*redis.Cmd
+	for i := range 30 {
+		for range 3 {
+			cmds = append(cmds, pipe.Do(context.Background(), "RL.ACQUIRE", fmt.Sprintf("user:%d", i)))
+		}
+	}
+	if _, err := pipe.Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cmds {
+		v, err := c.Slice()
+		if err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+		if want := int64(1); i%3 == 2 {
+			want = 0
+			if v[0] != want {
+				t.Errorf("acquire %d (third of its name): %v, want denied", i, v)
+			}
+		} else if v[0] != want {
+			t.Errorf("acquire %d: %v, want granted", i, v)
+		}
+	}
+	h.Do(t, "RL.AVAILABLE", "big:1").Equal(int64(8))
+	h.Do(t, "RL.CHARGE", "big:1", 8).OK()
+	h.Do(t, "RL.AVAILABLE", "big:1").Equal(int64(0))
+	h.Do(t, "RL.DEL", "big:1").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "LIST").Equal([]any{"big:*", "user:*"})
+	h.Do(t, "RL.POLICY", "DEL", "user:*").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", "user:1").Err(fmt.Sprintf(noSuch, "user:1"))
 }
