@@ -44,6 +44,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzFrontDoor$$' -fuzztime=$(FUZZTIME) ./server
 	$(GO) test -run='^$$' -fuzz='^FuzzParseGCRA$$' -fuzztime=$(FUZZTIME) ./commands
 	$(GO) test -run='^$$' -fuzz='^FuzzParseLease$$' -fuzztime=$(FUZZTIME) ./commands
+	$(GO) test -run='^$$' -fuzz='^FuzzParsePolicy$$' -fuzztime=$(FUZZTIME) ./commands
 
 # The performance suite: rlproxy vs direct Redis side by side, every
 # target of the performance issue, the chart, then the Go benchmarks.

@@ -168,6 +168,19 @@ func (n *Node) HGetAll(ctx context.Context, key string) (map[string]string, erro
 	return h, err
 }
 
+// Get reads a string key; "" when there is none.
+func (n *Node) Get(ctx context.Context, key string) (string, error) {
+	var v string
+	err := n.do(func() (err error) {
+		v, err = n.client.Get(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		return err
+	})
+	return v, err
+}
+
 // PExpire sets a key's TTL.
 func (n *Node) PExpire(ctx context.Context, key string, ttl time.Duration) error {
 	return n.do(func() error { return n.client.PExpire(ctx, key, ttl).Err() })

@@ -178,10 +178,19 @@ func (h *handlers) available(ctx context.Context, c Caller, args []string) (any,
 }
 
 func (h *handlers) getRate(ctx context.Context, _ Caller, args []string) (any, error) {
-	cfg, err := h.l.GetRate(ctx, args[1])
-	if err != nil || cfg == nil {
+	r, err := h.l.GetRate(ctx, args[1])
+	if err != nil || r == nil {
 		return nil, err
 	}
+	m := rateMap(&r.Config)
+	if r.Policy != "" {
+		m = append(m, "policy", r.Policy)
+	}
+	return m, nil
+}
+
+// rateMap is RL.GETRATE's pairs for a config.
+func rateMap(cfg *limiter.Config) Map {
 	m := Map{
 		"rate", cfg.Rate,
 		"interval_ms", cfg.Interval.Milliseconds(),
@@ -197,7 +206,7 @@ func (h *handlers) getRate(ctx context.Context, _ Caller, args []string) (any, e
 	if len(cfg.Limits.List()) > 0 {
 		m = append(m, "limits", limitPairs(cfg.Limits))
 	}
-	return m, nil
+	return m
 }
 
 // limitPairs is RL.GETRATE's limits (only for a limiter that has them):

@@ -28,7 +28,7 @@ func checkErrText(t testing.TB, err error) {
 	}
 	first, _, _ := strings.Cut(msg, " ")
 	switch first {
-	case "BURST", "SHARDS", "MODE", "TTL", "TIMEOUT", "LIMIT", "Missing", "GCRA": // "Missing TOKENS value" and "GCRA limiting uses ..." are Redis's GCRA wording
+	case "BURST", "SHARDS", "MODE", "TTL", "TIMEOUT", "LIMIT", "SHADOW", "Missing", "GCRA": // "Missing TOKENS value" and "GCRA limiting uses ..." are Redis's GCRA wording
 	default:
 		if msg[0] < 'a' || msg[0] > 'z' {
 			t.Fatalf("error text must start in lower case or with an option name: %q", msg)

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -39,6 +40,15 @@ type SetRate struct {
 // [TTL duration] [NX|KEEPSTATE].
 // args[0] is the command name.
 func ParseSetRate(args []string, o Options) (SetRate, error) {
+	return parseSetRate(args, o, false)
+}
+
+// errPolicyTTL refuses TTL in RL.POLICY SET.
+var errPolicyTTL = errors.New("TTL does not apply to a policy: a name's state is kept only until it is full again")
+
+// parseSetRate parses RL.SETRATE's arguments, or (policy) RL.POLICY SET's
+// after the subcommand: the same but for TTL, which a policy refuses.
+func parseSetRate(args []string, o Options, policy bool) (SetRate, error) {
 	if len(args) < 4 {
 		return SetRate{}, ArityError(args[0])
 	}
@@ -82,6 +92,9 @@ func ParseSetRate(args []string, o Options) (SetRate, error) {
 			return SetRate{}, fmt.Errorf("syntax error: option %s given twice", opt)
 		}
 		seen[k] = true
+		if policy && opt == "TTL" {
+			return SetRate{}, errPolicyTTL
+		}
 		switch opt {
 		case "NX":
 			r.NX = true

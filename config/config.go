@@ -183,6 +183,17 @@ type Config struct {
 	// in this proxy. Must be > 0. Defaults to 10000.
 	MaxWaiters int `mapstructure:"max_waiters"`
 
+	// (Optional) Policies: one rule over every name that starts with a
+	// prefix, applied as RL.POLICY SET at start (before clients are
+	// answered) and on SIGHUP. One unchanged is left as it is; one removed
+	// from the file is not deleted (RL.POLICY DEL does that). Set in the
+	// config file only. Defaults to none.
+	Policies []Policy `mapstructure:"policies"`
+
+	// (Optional) Most policies there may be (RL.POLICY SET of one more is
+	// refused). Must be > 0. Defaults to 1000.
+	MaxPolicies int `mapstructure:"max_policies"`
+
 	// (Optional) Minimum log level: "debug", "info", "warn" or "error".
 	// Defaults to "info".
 	LogLevel string `mapstructure:"log_level"`
@@ -246,6 +257,7 @@ func Default() Config {
 		DenyCache:       true,
 		DenyCacheSize:   100_000,
 		MaxWaiters:      10000,
+		MaxPolicies:     1000,
 		LogLevel:        "info",
 		LogFormat:       "text",
 		MetricsListen:   "",
@@ -356,6 +368,14 @@ func (c Config) Validate() error {
 		errs = append(errs, checkURLs("passthrough_backend", []string{c.PassthroughBackend}, false)...)
 	}
 
+	if c.MaxPolicies <= 0 {
+		bad("max_policies must be > 0 (got %d)", c.MaxPolicies)
+	}
+	for i, p := range c.Policies {
+		if !strings.HasSuffix(p.Pattern, "*") || strings.Count(p.Pattern, "*") != 1 {
+			bad("policies[%d]: pattern must be a prefix followed by '*' (like user:*), got %q", i, p.Pattern)
+		}
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -459,4 +479,58 @@ func checkURL(raw string, cluster bool) error {
 		return fmt.Errorf("invalid URL %q: Redis Cluster only has database 0 (got %d)", shown, opts.DB)
 	}
 	return nil
+}
+
+// Policy is one entry of policies: RL.POLICY SET's pattern and options
+// (rlproxy checks the options as RL.POLICY SET does, at start and on
+// reload).
+type Policy struct {
+	// (Required) A prefix followed by '*': "user:*", "tenant:acme:*", "*".
+	Pattern string `mapstructure:"pattern"`
+	// (Required) Permits per interval, and the interval ("1s", "500ms").
+	Rate     int64 `mapstructure:"rate"`
+	Interval Word  `mapstructure:"interval"`
+	// (Optional) Further limits, each a rate and an interval (LIMIT).
+	Limits []PolicyLimit `mapstructure:"limits"`
+	// (Optional) ALGO, BURST, SHARDS (a number or "AUTO"), MODE and SHADOW
+	// as in RL.POLICY SET.
+	Algo   string `mapstructure:"algo"`
+	Burst  int64  `mapstructure:"burst"`
+	Shards Word   `mapstructure:"shards"`
+	Mode   string `mapstructure:"mode"`
+	Shadow bool   `mapstructure:"shadow"`
+}
+
+// PolicyLimit is one further limit of a policy.
+type PolicyLimit struct {
+	Rate     int64 `mapstructure:"rate"`
+	Interval Word  `mapstructure:"interval"`
+}
+
+// Word is a policy's argument written as RL.POLICY SET takes it: a string,
+// or a number written as one ("shards: 4").
+type Word string
+
+// Args are the policy as RL.POLICY SET's arguments after the subcommand.
+func (p Policy) Args() []string {
+	args := []string{p.Pattern, strconv.FormatInt(p.Rate, 10), string(p.Interval)}
+	for _, l := range p.Limits {
+		args = append(args, "LIMIT", strconv.FormatInt(l.Rate, 10), string(l.Interval))
+	}
+	if p.Algo != "" {
+		args = append(args, "ALGO", p.Algo)
+	}
+	if p.Burst != 0 {
+		args = append(args, "BURST", strconv.FormatInt(p.Burst, 10))
+	}
+	if p.Shards != "" {
+		args = append(args, "SHARDS", string(p.Shards))
+	}
+	if p.Mode != "" {
+		args = append(args, "MODE", p.Mode)
+	}
+	if p.Shadow {
+		args = append(args, "SHADOW")
+	}
+	return args
 }

@@ -150,9 +150,9 @@ func Changed(old, new Config) []string {
 }
 
 // fileOnly are the keys set in the config file only (no flag or
-// environment variable): structured values, and reload_may_drop_auth,
+// environment variable): structured values (users, policies), and reload_may_drop_auth,
 // which a reload must find in the file it reads.
-var fileOnly = []string{"users", "reload_may_drop_auth"}
+var fileOnly = []string{"users", "policies", "reload_may_drop_auth"}
 
 // authKeys are the keys that decide who may connect and how.
 var authKeys = []string{"require_pass", "users", "tls_listen", "tls_cert_file", "tls_key_file", "tls_client_ca_file"}

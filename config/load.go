@@ -134,6 +134,9 @@ func build(fs *pflag.FlagSet, path string, reload bool) (Config, error) {
 	if len(c.Users) == 0 {
 		c.Users = nil // "users: []" equals an absent key
 	}
+	if len(c.Policies) == 0 {
+		c.Policies = nil
+	}
 
 	return c, c.Validate() // c too: --check-config parses its TLS files
 }
@@ -207,7 +210,10 @@ func flagKey(name string) string {
 	return strings.ReplaceAll(name, "-", "_")
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	wordType     = reflect.TypeFor[Word]()
+)
 
 // decodeHook converts the strings environment variables and flags produce:
 // "500ms" to a time.Duration and "a,b" to a list. A bare number is not a
@@ -223,6 +229,8 @@ func decodeHook(from, to reflect.Type, data any) (any, error) {
 			reflect.Float32, reflect.Float64:
 			return nil, fmt.Errorf("duration %v has no unit: write it like \"500ms\" or \"2s\"", data)
 		}
+	case to == wordType && from.Kind() >= reflect.Int && from.Kind() <= reflect.Uint64:
+		return fmt.Sprint(data), nil // a policy's "shards: 4" or "interval: 1000" (ms)
 	case to.Kind() == reflect.Slice && from.Kind() == reflect.String:
 		return strings.Split(data.(string), ","), nil
 	}
@@ -281,6 +289,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.Bool(flagName("deny_cache"), d.DenyCache, "answer denials locally until their retry_after (disable with --deny-cache=false)")
 	fs.Int(flagName("deny_cache_size"), d.DenyCacheSize, "most denials the deny cache holds (> 0)")
 	fs.Int(flagName("max_waiters"), d.MaxWaiters, "most clients waiting at once with TIMEOUT/BLOCK (> 0)")
+	fs.Int(flagName("max_policies"), d.MaxPolicies, "most policies (RL.POLICY) there may be (> 0)")
 	fs.String(flagName("log_level"), d.LogLevel, "minimum log `level`: debug, info, warn or error")
 	fs.String(flagName("log_format"), d.LogFormat, "log `format`: text or json")
 	fs.String(flagName("metrics_listen"), d.MetricsListen, "`address` serving Prometheus /metrics, e.g. 127.0.0.1:9121 (empty: off)")

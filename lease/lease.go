@@ -136,7 +136,7 @@ func (s *Service) place(ctx context.Context, name, client string, fresh bool) (r
 }
 
 func (s *Service) sub(p ratelimit.Placed, name string, shard int) sub {
-	return sub{name: name, shard: shard, node: p.Nodes[shard], epoch: p.Epoch,
+	return sub{name: name, shard: shard, node: p.Nodes[shard], epoch: p.ConfArg(shard),
 		keys: s.keys.Script(limiter.Concurrency, name, shard, p.Epoch, p.ClientKey)}
 }
 
@@ -248,9 +248,6 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 		q.deadline = time.Now().Add(r.MaxWait)
 	}
 	defer q.leave(ctx)
-	if err := q.place(ctx, false); err != nil {
-		return Result{}, err
-	}
 	for {
 		rest := ratelimit.WaitLeft(q.deadline)
 		rep, id, err := q.ask(ctx, rest)
@@ -312,8 +309,11 @@ func (q *queued) place(ctx context.Context, fresh bool) error {
 func (q *queued) sub() sub { return q.svc.sub(q.p, q.r.Name, q.shard) }
 
 // ask makes one lease call, queueing the ticket unless it is a final try
-// (rest 0) not queued yet. When the limiter changed, it leaves the old
-// queue, reloads the limiter and asks again, up to three times.
+// (rest 0) not queued yet. It places the waiter before each call (from
+// the config cache, or the policy in force: a name a policy governs
+// learns of its policy's change or deletion here, as no script can tell
+// it). When the limiter changed, it leaves the old queue, reloads the
+// limiter and asks again, up to three times.
 func (q *queued) ask(ctx context.Context, rest time.Duration) (limiter.LeaseReply, string, error) {
 	for changes := 0; ; changes++ {
 		if changes > 0 {
@@ -321,11 +321,14 @@ func (q *queued) ask(ctx context.Context, rest time.Duration) (limiter.LeaseRepl
 			if changes > 3 {
 				return limiter.LeaseReply{}, "", fmt.Errorf("limiter '%s' keeps changing; try again", q.r.Name)
 			}
-			if err := q.place(ctx, true); err != nil {
-				return limiter.LeaseReply{}, "", err
-			}
+		}
+		if err := q.place(ctx, changes > 0); err != nil {
+			return limiter.LeaseReply{}, "", err
 		}
 		b, id, ticket := q.sub(), limiter.NewLeaseID(q.shard, q.r.Permits), q.w.ticket
+		if q.in != nil && q.in.epoch != b.epoch {
+			q.dequeue(ctx) // queued under a config no longer in force
+		}
 		if rest <= 0 && q.in == nil {
 			ticket = ""
 		}

@@ -13,6 +13,7 @@ import (
 //	<prefix>{<name>:<shard>}:<epoch>:<k>            state key k of the algorithm
 //	<prefix>{<name>:<shard>}:<epoch>:<k>:<client>   the same, per client (PER_CLIENT)
 //	<prefix>cl{<key>}                               CL.THROTTLE state of key
+//	<prefix>{policies}:p, :v                        the policies and their version
 type Keys struct {
 	Prefix string
 	// NativeCell keeps GCRA / CL.THROTTLE state in the key as named
@@ -82,4 +83,11 @@ func (k Keys) Cell(key string) string {
 		return key
 	}
 	return k.Prefix + "cl{" + escaper.Replace(key) + "}"
+}
+
+// Policies names the hash of the policies (RL.POLICY) and the key of
+// their version, raised by every change. Both carry one hash tag, so one
+// script changes both; no limiter's key has it (theirs end in ":shard}").
+func (k Keys) Policies() (hash, version string) {
+	return k.Prefix + "{policies}:p", k.Prefix + "{policies}:v"
 }

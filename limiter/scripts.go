@@ -23,12 +23,16 @@ type Scripts struct {
 	acquire map[Algo]*redis.Script
 	// multi are the multi-limit variants (see For).
 	multi map[Algo]*redis.Script
+	// names decide many names a policy governs in one call (see Names).
+	names map[Algo]*redis.Script
 	// SetConf creates or replaces the config of one sub-limiter (setconf.lua).
 	SetConf *redis.Script
 	// Reset moves a sub-limiter to a new epoch: fresh state (reset.lua).
 	Reset *redis.Script
 	// Cell is redis-cell's CL.THROTTLE (cell.lua, standalone: no config).
 	Cell *redis.Script
+	// Policy creates, replaces or deletes a policy (policy.lua).
+	Policy *redis.Script
 }
 
 // NewScripts builds every script: each algorithm between the shared
@@ -38,9 +42,11 @@ func NewScripts() *Scripts {
 	s := &Scripts{
 		acquire: map[Algo]*redis.Script{},
 		multi:   map[Algo]*redis.Script{},
+		names:   map[Algo]*redis.Script{},
 		SetConf: redis.NewScript(lua("setconf.lua")),
 		Reset:   redis.NewScript(lua("reset.lua")),
 		Cell:    redis.NewScript(lua("cell.lua")),
+		Policy:  redis.NewScript(lua("policy.lua")),
 	}
 	files := map[Algo]string{
 		TokenBucket:   "token_bucket.lua",
@@ -61,6 +67,7 @@ func NewScripts() *Scripts {
 		// enforce only the first.
 		s.acquire[algo] = redis.NewScript(prelude + oneLimit + body + epilogue)
 		s.multi[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("multi.lua") + epilogue)
+		s.names[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("names.lua"))
 	}
 	// The semaphore has ops of its own (no epilogue); it answers peek as
 	// the others do, so RL.AVAILABLE reads it the same way.
@@ -100,9 +107,9 @@ func (s *Scripts) Limiter(algo Algo) *redis.Script {
 
 // All lists every script, for loading them onto a node ahead of use.
 func (s *Scripts) All() []*redis.Script {
-	all := []*redis.Script{s.SetConf, s.Reset, s.Cell}
+	all := []*redis.Script{s.SetConf, s.Reset, s.Cell, s.Policy}
 	for _, a := range Algos {
-		for _, m := range []map[Algo]*redis.Script{s.acquire, s.multi} {
+		for _, m := range []map[Algo]*redis.Script{s.acquire, s.multi, s.names} {
 			if sc := m[a]; sc != nil {
 				all = append(all, sc)
 			}
@@ -110,3 +117,8 @@ func (s *Scripts) All() []*redis.Script {
 	}
 	return all
 }
+
+// Names returns the script that decides acquires for many names of one
+// policy on one node in one call (names.lua: one limit, one shard, no
+// waiting), or nil for an algorithm without one.
+func (s *Scripts) Names(algo Algo) *redis.Script { return s.names[algo] }

@@ -81,42 +81,50 @@ func (l *Limiters) AcquireAll(ctx context.Context, reqs []Request) []Outcome {
 // safe to call concurrently.
 func (l *Limiters) Go(ctx context.Context, reqs []Request, done func(i int, o Outcome)) {
 	var (
-		tries []firstTry
-		at    []int // the request index of each try
-		calls []coalesce.Call[limiter.Ask, answer]
-		rest  []int // requests that take the full path from the start
+		tries, ntries []firstTry
+		at, nat       []int // the request index of each try
+		calls         []coalesce.Call[limiter.Ask, answer]
+		ncalls        []coalesce.Call[nameAsk, answer] // tries with other names of a policy
+		rest          []int                            // requests that take the full path from the start
 	)
 	for i, r := range reqs {
 		t, cached, way := l.firstTry(ctx, r)
-		switch way {
-		case answered:
+		switch {
+		case way == answered:
 			done(i, cached)
-		case fullPath:
+		case way == fullPath:
 			rest = append(rest, i)
+		case t.names != nil:
+			ntries, nat, ncalls = append(ntries, t), append(nat, i), append(ncalls, *t.names)
 		default:
 			tries, at, calls = append(tries, t), append(at, i), append(calls, t.call)
 		}
 	}
 	for j, i := range rest {
-		if j < len(rest)-1 || len(calls) > 0 {
+		if j < len(rest)-1 || len(calls)+len(ncalls) > 0 {
 			go func() { done(i, l.full(ctx, reqs[i], nil)) }()
 		} else {
 			done(i, l.full(ctx, reqs[i], nil)) // nothing else to wait for: on the caller's goroutine
 		}
 	}
-	if len(calls) == 0 {
-		return
-	}
 	sent := time.Now() // before any of the calls: a cached denial never outlives the real one
-	l.batches.GoAll(calls, func(j int, o coalesce.Outcome[answer]) {
-		i := at[j]
-		res, ok, from := l.settle(ctx, reqs[i], tries[j], o, sent)
-		if ok {
-			done(i, res)
-			return
+	settled := func(tries []firstTry, at []int) func(j int, o coalesce.Outcome[answer]) {
+		return func(j int, o coalesce.Outcome[answer]) {
+			i := at[j]
+			res, ok, from := l.settle(ctx, reqs[i], tries[j], o, sent)
+			if ok {
+				done(i, res)
+				return
+			}
+			go func() { done(i, l.full(ctx, reqs[i], from)) }() // not on the batch's goroutine: it has others to answer
 		}
-		go func() { done(i, l.full(ctx, reqs[i], from)) }() // not on the batch's goroutine: it has others to answer
-	})
+	}
+	if len(calls) > 0 {
+		l.batches.GoAll(calls, settled(tries, at))
+	}
+	if len(ncalls) > 0 {
+		l.names.GoAll(ncalls, settled(ntries, nat))
+	}
 }
 
 // firstTry is a request's first try: one sub-limiter, picked at random,
@@ -125,6 +133,7 @@ type firstTry struct {
 	e     *entry
 	shard int
 	call  coalesce.Call[limiter.Ask, answer]
+	names *coalesce.Call[nameAsk, answer] // instead of call: with other names of a policy (names.go)
 }
 
 // How a request goes on after firstTry.
@@ -145,12 +154,15 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 	shard := int(rand.Uint64() % uint64(e.Shards))
 	if e.Shards == 1 {
 		if res, ok := l.cachedDenial(r, e, shard); ok {
-			return firstTry{}, l.final(Outcome{Result: res}, e.Shadow), answered
+			return firstTry{}, l.final(Outcome{Result: res}, e), answered
 		}
 	}
 	rt := l.route(e, shard, r.Client)
 	if rt.node.Down() != nil {
 		return firstTry{}, Outcome{}, fullPath // the full path walks past dead shards
+	}
+	if nc, ok := l.namesCall(e, r, rt); ok {
+		return firstTry{e: e, shard: shard, names: &nc}, Outcome{}, batched
 	}
 	return firstTry{e: e, shard: shard, call: coalesce.Call[limiter.Ask, answer]{
 		Key: rt.batchKey, Item: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, Run: rt.run,
@@ -174,7 +186,7 @@ func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce
 			// goroutine: it has others to answer.
 			go l.giveBack(t.e, r, t.shard) //nolint:errcheck
 		}
-		return l.final(Outcome{Result: a.Result, shard: t.shard}, t.e.Shadow), true, nil
+		return l.final(Outcome{Result: a.Result, shard: t.shard}, t.e), true, nil
 	case missing, reload:
 		return Outcome{}, false, nil // the full path sorts it out
 	}
@@ -185,7 +197,7 @@ func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce
 		from.denied.Add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
 		return Outcome{}, false, from
 	}
-	return l.final(Outcome{Result: a.Result}, t.e.Shadow), true, nil
+	return l.final(Outcome{Result: a.Result}, t.e), true, nil
 }
 
 // tried is a first try that was denied: the full path goes on probing
@@ -200,8 +212,8 @@ type tried struct {
 // full decides r on the full path, probing on from a denied first try
 // when there was one.
 func (l *Limiters) full(ctx context.Context, r Request, from *tried) Outcome {
-	res, shard, shadow, err := l.acquire(ctx, r, from)
-	return l.final(Outcome{Result: res, Err: err, shard: shard}, shadow)
+	res, shard, e, err := l.acquire(ctx, r, from)
+	return l.final(Outcome{Result: res, Err: err, shard: shard}, e)
 }
 
 // final is the one last step of every acquire's outcome, however it was
@@ -210,8 +222,10 @@ func (l *Limiters) full(ctx context.Context, r Request, from *tried) Outcome {
 // so a sharded shadow limiter counts a request that some shard grants as
 // granted, not denied — and the outcome is counted in the stats, with the
 // backend error policy applied (a dry run never denies, not even when
-// that policy fails closed).
-func (l *Limiters) final(o Outcome, shadow bool) Outcome {
+// that policy fails closed). e is the config that decided (nil when none
+// did); a policy's decisions are counted for it too.
+func (l *Limiters) final(o Outcome, e *entry) Outcome {
+	shadow := e != nil && e.Shadow
 	if o.Err != nil {
 		l.stats.Errors.Add(1)
 		if errors.Is(o.Err, backend.ErrUnavailable) {
@@ -235,6 +249,9 @@ func (l *Limiters) final(o Outcome, shadow bool) Outcome {
 	default:
 		l.stats.Denied.Add(1)
 	}
+	if e != nil && e.policy != nil {
+		e.policy.counts.count(o.Granted)
+	}
 	return o
 }
 
@@ -250,22 +267,22 @@ func (l *Limiters) onBackendError(err error) (limiter.Result, error) {
 }
 
 // acquire is the full path of one request: config (reloaded when it
-// changed), capacity, shards in probe order, repairs. shadow says whether
-// the config that decided is a SHADOW one (final applies it).
-func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (res limiter.Result, shard int, shadow bool, err error) {
+// changed), capacity, shards in probe order, repairs. It returns the
+// config that decided (final applies its SHADOW), nil when none did.
+func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (res limiter.Result, shard int, decided *entry, err error) {
 	for attempt := 0; ; attempt++ {
 		e, err := l.config(ctx, r.Name, attempt > 0)
 		if err != nil {
-			return limiter.Result{}, 0, false, err
+			return limiter.Result{}, 0, nil, err
 		}
 		if e.Algo == limiter.Concurrency {
-			return limiter.Result{}, 0, false, limiter.ErrLeaseOnly{Name: r.Name}
+			return limiter.Result{}, 0, nil, limiter.ErrLeaseOnly{Name: r.Name}
 		}
 		if c := e.Capacity(); r.Permits > c {
 			if attempt == 0 {
 				continue // the cached config may be old: check the current one
 			}
-			return limiter.Result{}, 0, false, &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: c}
+			return limiter.Result{}, 0, nil, &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: c}
 		}
 		l.keepAlive(ctx, r.Name, e)
 		if from != nil && from.e != e {
@@ -283,7 +300,7 @@ func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (res lim
 			l.forget(r.Name)
 			continue
 		}
-		return res, shard, e.Shadow, err
+		return res, shard, e, err
 	}
 }
 
@@ -309,7 +326,7 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 		}
 		sent := time.Now()
 		var a answer
-		err := e.nodes[shard].Down()
+		err := e.node(shard).Down()
 		if err == nil {
 			a, err = l.acquireOn(ctx, e, r, shard)
 		}
@@ -328,8 +345,10 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 		switch decide(a) {
 		case missing:
 			if shard == 0 {
+				// Gone (RL.DEL), or expired: the reload says whether a
+				// policy governs the name now.
 				l.forget(r.Name)
-				return limiter.Result{}, 0, &NoLimiterError{Name: r.Name}
+				return limiter.Result{}, 0, errConfigChanged
 			}
 			return limiter.Result{}, 0, &missingShard{shard: shard}
 		case reload:
@@ -417,7 +436,7 @@ func (l *Limiters) giveBack(e *entry, r Request, shard int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	rt := l.route(e, shard, r.Client)
-	_, err := rt.node.Eval(ctx, e.script, rt.keys, limiter.Args(limiter.OpRelease, e.Epoch, r.Permits)...)
+	_, err := rt.node.Eval(ctx, e.script, rt.keys, limiter.Args(limiter.OpRelease, e.confArg(shard), r.Permits)...)
 	// Denials remembered meanwhile counted these permits as taken.
 	l.denials.forget(r.Name)
 	return err
@@ -434,6 +453,6 @@ func (l *Limiters) keepAlive(ctx context.Context, name string, e *entry) {
 	if l.configs.due(name, time.Now(), e.TTL/4) {
 		// TTL plus the refresh period: whatever call comes last before the
 		// next refresh, the limiter lives at least TTL after it.
-		e.nodes[0].PExpire(ctx, l.keys.Config(name, 0), e.TTL+e.TTL/4) //nolint:errcheck // the next call retries
+		e.node(0).PExpire(ctx, l.keys.Config(name, 0), e.TTL+e.TTL/4) //nolint:errcheck // the next call retries
 	}
 }

@@ -9,7 +9,7 @@ import (
 type NoLimiterError struct{ Name string }
 
 func (e *NoLimiterError) Error() string {
-	return fmt.Sprintf("no such limiter '%s' (create it with RL.SETRATE)", e.Name)
+	return fmt.Sprintf("no such limiter '%s' (create it with RL.SETRATE or RL.POLICY SET)", e.Name)
 }
 
 // OverCapacityError: a request asks for more permits than the limiter (or,

@@ -20,7 +20,9 @@ func (l *Limiters) follow(name string) {
 	if e := l.configs.get(name); e != nil {
 		epoch, gen = e.Epoch, e.Gen
 	}
-	known := epoch != ""
+	// A name a policy governs has no config of its own: one appearing is
+	// the change to notice (policy changes are followed in policies.go).
+	known := epoch != "" || l.governed(name) != nil
 	t := time.NewTicker(followEvery)
 	defer t.Stop()
 	for {

@@ -13,7 +13,12 @@ type Placed struct {
 	limiter.Stored
 	Nodes     []*backend.Node // per shard, its node
 	ClientKey string          // the state-key suffix of the caller's budget ("" when shared)
+	e         *entry
 }
+
+// ConfArg is ARGV[2] of a script call on one shard: the epoch the
+// config must have, or the config itself for a name a policy governs.
+func (p Placed) ConfArg(shard int) string { return p.e.confArg(shard) }
 
 // Lookup returns a limiter's config and the node of each of its shards,
 // from the config cache unless fresh is set (after a script said the
@@ -25,7 +30,7 @@ func (l *Limiters) Lookup(ctx context.Context, name, client string, fresh bool) 
 		return Placed{}, err
 	}
 	l.keepAlive(ctx, name, e)
-	return Placed{Stored: e.Stored, Nodes: e.nodes, ClientKey: clientKey(&e.Stored, client)}, nil
+	return Placed{Stored: e.Stored, Nodes: e.nodes(), ClientKey: clientKey(&e.Stored, client), e: e}, nil
 }
 
 // Nodes returns the node of each shard of a limiter of that many shards.

@@ -34,6 +34,8 @@ type Options struct {
 	DenyCacheSize int
 	// MaxWaiters bounds the clients waiting (TIMEOUT/BLOCK) at once.
 	MaxWaiters int
+	// MaxPolicies bounds the policies (RL.POLICY; 0: DefaultMaxPolicies).
+	MaxPolicies int
 }
 
 // Limiters runs limiter operations on the backend pool: it knows which
@@ -41,14 +43,17 @@ type Options struct {
 // concurrent acquires of one sub-limiter into one script call, and retries
 // once a script says the config it was given has changed.
 type Limiters struct {
-	pool    *backend.Pool
-	keys    limiter.Keys
-	scripts *limiter.Scripts
-	live    atomic.Pointer[Options] // opt, SetOptions
-	names   []string                // node names, for placement
+	pool      *backend.Pool
+	keys      limiter.Keys
+	scripts   *limiter.Scripts
+	live      atomic.Pointer[Options] // opt, SetOptions
+	nodeNames []string                // node names, for placement
 
 	configs  configCache
+	policies policies
 	batches  coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
+	names    coalesce.Coalescer[nameAsk, answer]     // per node and policy (names.go)
+	cluster  bool                                    // on a Redis Cluster: no names calls
 	denials  denyCache
 	queues   queues
 	sleepers sleepers // waiters asleep, per limiter (Wake)
@@ -80,10 +85,15 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 	}
 	l.live.Store(&o)
 	l.batches.MaxGather = maxGather
+	l.names.MaxGather = maxGather
 	l.denials.max = o.DenyCacheSize
 	for _, n := range pool.Nodes() {
-		l.names = append(l.names, n.Name())
+		l.nodeNames = append(l.nodeNames, n.Name())
+		if _, ok := n.Client().(*redis.ClusterClient); ok {
+			l.cluster = true
+		}
 	}
+	go l.followPolicies()
 	return l
 }
 
@@ -114,9 +124,9 @@ func (l *Limiters) Stats() Stats {
 	}
 }
 
-// nodes returns the node of each of a limiter's shards (rendezvous
-// hashing with bounded loads, see Placement). Shard 0, whose config says
-// whether the limiter exists, is on the same node whatever the count.
+// nodes returns the node of each of a limiter's shards (see placement).
+// Shard 0, whose config says whether the limiter exists, is on the same
+// node whatever the count.
 func (l *Limiters) nodes(name string, shards int) []*backend.Node {
 	all := l.pool.Nodes()
 	out := make([]*backend.Node, shards)
@@ -126,21 +136,44 @@ func (l *Limiters) nodes(name string, shards int) []*backend.Node {
 		}
 		return out
 	}
-	for shard, n := range sharding.Placement(name, shards, l.names) {
+	for shard, n := range l.placement(name, shards) {
 		out[shard] = all[n]
+	}
+	return out
+}
+
+// placement maps each of a limiter's shards to the index of its node in
+// the pool (rendezvous hashing with bounded loads, see sharding.Placement).
+func (l *Limiters) placement(name string, shards int) []uint16 {
+	place := sharding.Placement(name, shards, l.nodeNames)
+	out := make([]uint16, len(place))
+	for i, n := range place {
+		out[i] = uint16(n)
 	}
 	return out
 }
 
 func newEpoch() string { return fmt.Sprintf("%08x", rand.Uint32()) }
 
-// GetRate reads a limiter's config from the backend (nil when there is none).
-func (l *Limiters) GetRate(ctx context.Context, name string) (*limiter.Config, error) {
-	st, err := l.load(ctx, name)
-	if err != nil || st == nil {
+// Rule is the config a name follows, and the pattern of the policy that
+// gives it ("" for a limiter of its own).
+type Rule struct {
+	limiter.Config
+	Policy string
+}
+
+// GetRate reads the config a name follows from the backend: its own, or
+// its policy's (nil when there is none).
+func (l *Limiters) GetRate(ctx context.Context, name string) (*Rule, error) {
+	e, err := l.load(ctx, name)
+	if err != nil || e == nil {
 		return nil, err
 	}
-	return &st.Config, nil
+	r := &Rule{Config: e.Config}
+	if e.policy != nil {
+		r.Policy = e.policy.pattern
+	}
+	return r, nil
 }
 
 // eachShard runs a peek or release op on every shard of a limiter and
@@ -170,8 +203,8 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 		changed := false
 		stale := -1 // a follower shard that did not serve shard 0's config
 		for shard := from; shard < st.Shards && !changed; shard++ {
-			keys := l.keys.ScriptLimits(st.Algo, r.Name, shard, st.Epoch, clientKey(&st.Stored, r.Client), len(st.LimitList()))
-			v, err := st.nodes[shard].Eval(ctx, script, keys, limiter.Args(op, st.Epoch, permits(shard, st)...)...)
+			keys := l.keysOf(st, shard, clientKey(&st.Stored, r.Client))
+			v, err := st.node(shard).Eval(ctx, script, keys, limiter.Args(op, st.confArg(shard), permits(shard, st)...)...)
 			if err != nil {
 				return 0, err
 			}
@@ -232,16 +265,21 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	l.forget(name)
+	if st.policy != nil {
+		// A policy's name has no epoch of its own: its state goes.
+		_, err := l.delState(ctx, st)
+		l.Wake(name)
+		return err == nil, err
+	}
 	epoch := newEpoch()
 	for shard := 0; shard < st.Shards; shard++ {
 		key := l.keys.Config(name, shard)
-		_, err := st.nodes[shard].Eval(ctx, l.scripts.Reset, []string{key}, epoch)
+		_, err := st.node(shard).Eval(ctx, l.scripts.Reset, []string{key}, epoch)
 		if err != nil && !errors.Is(err, redis.Nil) { // Nil: no such sub-limiter
 			return false, err
 		}
 		// The shared budget's old state goes now; per-client state expires.
-		old := l.keys.ScriptLimits(st.Algo, name, shard, st.Epoch, "", len(st.LimitList()))[1:]
-		if _, err := st.nodes[shard].Del(ctx, old...); err != nil {
+		if _, err := st.node(shard).Del(ctx, l.keysOf(st, shard, "")[1:]...); err != nil {
 			return false, err
 		}
 	}
@@ -249,21 +287,40 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 	return true, nil
 }
 
-// Del deletes a limiter (config and shared state) and reports whether it existed.
+// Del deletes a limiter (config and shared state) and reports whether it
+// existed; for a name a policy governs, its state, and whether it had any.
 func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 	st, err := l.load(ctx, name)
 	if err != nil || st == nil {
 		return false, err
 	}
 	l.forget(name)
+	if st.policy != nil {
+		n, err := l.delState(ctx, st)
+		l.Wake(name)
+		return n > 0, err
+	}
 	// Shard 0 last: while it exists the limiter exists, so a failure part
 	// way leaves something RL.DEL can be called on again.
 	for shard := st.Shards - 1; shard >= 0; shard-- {
-		keys := l.keys.ScriptLimits(st.Algo, name, shard, st.Epoch, "", len(st.LimitList()))
-		if _, err := st.nodes[shard].Del(ctx, keys...); err != nil {
+		if _, err := st.node(shard).Del(ctx, l.keysOf(st, shard, "")...); err != nil {
 			return false, err
 		}
 	}
 	l.Wake(name)
 	return true, nil
+}
+
+// delState deletes the shared-budget state of every shard of e (a name a
+// policy governs) and returns how many keys there were.
+func (l *Limiters) delState(ctx context.Context, e *entry) (int64, error) {
+	var n int64
+	for shard := 0; shard < e.Shards; shard++ {
+		d, err := e.node(shard).Del(ctx, l.keysOf(e, shard, "")[1:]...)
+		if err != nil {
+			return n, err
+		}
+		n += d
+	}
+	return n, nil
 }

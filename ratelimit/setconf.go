@@ -114,7 +114,7 @@ func (l *Limiters) repair(ctx context.Context, name string, shard int) error {
 	if o.Gen == "" {
 		o.Gen = "0" // shard 0 written by an rlproxy without generations
 	}
-	rep, err := l.setConf(ctx, e.nodes[shard], name, e.Config, sub, o)
+	rep, err := l.setConf(ctx, e.node(shard), name, e.Config, sub, o)
 	if err != nil || rep.Changed || rep.Epoch == e.Epoch || !newer(rep.Gen, e.Gen) {
 		return err
 	}
@@ -126,7 +126,7 @@ func (l *Limiters) repair(ctx context.Context, name string, shard int) error {
 		return err
 	}
 	o.Replace = true
-	_, err = l.setConf(ctx, e.nodes[shard], name, e.Config, sub, o)
+	_, err = l.setConf(ctx, e.node(shard), name, e.Config, sub, o)
 	return err
 }
 

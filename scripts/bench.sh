@@ -13,7 +13,8 @@
 #
 # Knobs (environment): BENCH_ROUNDS (3), BENCH_SECONDS (4, per run),
 # BENCH_DENY_RATE (1000 permits/s), BENCH_NODES (4, for the scaling run),
-# BENCH_GO (1: also run the Go benchmarks), BENCH_OUT (bench-results),
+# BENCH_GO (1: also run the Go benchmarks), BENCH_MEMORY (1: also
+# scripts/memory.sh, the proxy's RSS per limiter), BENCH_OUT (bench-results),
 # BENCH_RLPROXY (a prebuilt rlproxy binary to measure instead of this
 # tree's: the same suite on an older version, for before/after tables).
 # The Redis-bound runs (capped-*) need a writable cgroup cpu controller
@@ -181,6 +182,13 @@ interleaved deny-p16 --conns 50 --pipeline 16 --rate "$DENY_RATE"
 interleaved deny-p1 --conns 50 --pipeline 1 --rate "$DENY_RATE"
 interleaved light --conns 1 --pipeline 1
 
+# One rule, many names: a policy over 10,000 names, each request a random
+# one, against direct EVALSHA of the minimal GCRA on per-name keys.
+for p in 1 16; do
+	redis-cli -p "$P1" RL.POLICY SET "bench:policy-p$p:*" 1000000000 1s >/dev/null
+	interleaved "policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
+done
+
 # The Redis-bound regime: a redis-server capped at 10% of one core, with
 # rlbench and a proxy of its own outside the cap. Redis is the scarce
 # resource here, so what counts is how few of its cycles a request takes.
@@ -190,6 +198,10 @@ if cap_cpu "${pids[-1]}"; then
 	start_proxy "$CR"
 	BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved capped-p1 --conns 50 --pipeline 1
 	BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved capped-p16 --conns 50 --pipeline 16
+	for p in 1 16; do
+		redis-cli -p "$PROXY_PORT" RL.POLICY SET "bench:capped-policy-p$p:*" 1000000000 1s >/dev/null
+		BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved "capped-policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
+	done
 fi
 
 # Script calls per denied acquire on SHARDS 4 (max_probes 2, deny cache
@@ -242,4 +254,9 @@ fi
 if [ "${BENCH_GATEWAY:-1}" = 1 ]; then
 	say "bench: gateway passthrough vs direct (redis-benchmark GET/SET)"
 	GO=$GO ROUNDS="$ROUNDS" bash scripts/gateway-bench.sh | tee "$OUT/gateway.txt"
+fi
+
+if [ "${BENCH_MEMORY:-1}" = 1 ]; then
+	say "bench: the proxy's memory per limiter and per policy name (scripts/memory.sh; about 4 minutes)"
+	MEM_RLPROXY="$work/rlproxy" bash scripts/memory.sh | tee "$OUT/memory.txt"
 fi

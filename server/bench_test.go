@@ -32,7 +32,7 @@ func BenchmarkAppendReply(b *testing.B) {
 		{"int", int64(12345), 2},
 		{"getrate-map/resp3", commands.Map{"rate", int64(100), "interval_ms", int64(1000), "algo", "token-bucket",
 			"burst", int64(100), "shards", int64(1), "mode", "OVERALL", "ttl_ms", int64(0)}, 3},
-		{"error", errors.New("no such limiter 'k' (create it with RL.SETRATE)"), 2},
+		{"error", errors.New("no such limiter 'k' (create it with RL.SETRATE or RL.POLICY SET)"), 2},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -170,8 +170,7 @@ func serving(cfg config.Config, p *proxy.Proxy) []any {
 		"listen", p.Addr(), "tls_listen", tls,
 		"backends", describe(cfg, p.Embedded()),
 		"auth", onOff(cfg.RequirePass != "" || len(cfg.Users) > 0), "users", len(cfg.Users),
-		"passthrough", onOff(cfg.Passthrough),
-		// Policies (count) belong here once config has their key.
+		"passthrough", onOff(cfg.Passthrough), "policies", p.Policies(),
 		"metrics", metrics,
 		"version", proxy.Version,
 	}

@@ -140,7 +140,7 @@ users:
 	for _, want := range []string{
 		"listen=127.0.0.1:" + port, "tls_listen=off",
 		fmt.Sprintf(`backends="2 standalone redis://%s,redis://%s"`, a.Addr(), b.Addr()),
-		"auth=on", "users=2", "passthrough=off", "metrics=127.0.0.1:" + mport,
+		"auth=on", "users=2", "passthrough=off", "policies=0", "metrics=127.0.0.1:" + mport,
 	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("start-up line lacks %s:\n%s", want, p.log())

@@ -31,7 +31,7 @@ func TestCharge(t *testing.T) {
 	}
 	h.Do(t, "RL.AVAILABLE", "sh").Equal(int64(0))
 
-	h.Do(t, "RL.CHARGE", "nope", 1).Err("ERR no such limiter 'nope' (create it with RL.SETRATE)")
+	h.Do(t, "RL.CHARGE", "nope", 1).Err("ERR no such limiter 'nope' (create it with RL.SETRATE or RL.POLICY SET)")
 	h.Do(t, "RL.CHARGE", "llm", 0).Err("ERR permits must be a positive integer, got '0'")
 	h.Do(t, "RL.CHARGE", "llm").Err("ERR wrong number of arguments for 'rl.charge' command")
 }

@@ -46,7 +46,7 @@ func TestGoRedis(t *testing.T) {
 				c.Do(t, "RL.GETRATE", key).Equal(getRate3(10, 60000, "token-bucket", 10, "OVERALL", 0))
 			}
 			c.Do(t, "RL.GETRATE", key+"-none").Nil()
-			c.Do(t, "RL.ACQUIRE", key+"-none").Err("ERR no such limiter '" + key + "-none' (create it with RL.SETRATE)")
+			c.Do(t, "RL.ACQUIRE", key+"-none").Err("ERR no such limiter '" + key + "-none' (create it with RL.SETRATE or RL.POLICY SET)")
 
 			// The typed API decodes the same replies.
 			ctx := t.Context()
@@ -84,7 +84,7 @@ func TestRedisCLI(t *testing.T) {
 			t.Errorf("RL.ACQUIRE --no-raw: got %q", out)
 		}
 		out = h.run(t, "redis-cli", "", "RL.ACQUIRE", "nope")
-		if out != "ERR no such limiter 'nope' (create it with RL.SETRATE)\n\n" && out != "ERR no such limiter 'nope' (create it with RL.SETRATE)\n" {
+		if out != "ERR no such limiter 'nope' (create it with RL.SETRATE or RL.POLICY SET)\n\n" && out != "ERR no such limiter 'nope' (create it with RL.SETRATE or RL.POLICY SET)\n" {
 			t.Errorf("RL.ACQUIRE nope: got %q", out)
 		}
 	})
@@ -119,7 +119,7 @@ func TestRedisCLI(t *testing.T) {
 			"(error) ERR permits must be a positive integer, got '0'",
 			"(nil)",
 			"(integer) 1",
-			"(error) ERR no such limiter 'inter' (create it with RL.SETRATE)",
+			"(error) ERR no such limiter 'inter' (create it with RL.SETRATE or RL.POLICY SET)",
 			`"done"`,
 		}
 		if len(got) != len(want) {

@@ -1,13 +1,11 @@
 package proxy
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -16,16 +14,6 @@ import (
 
 // dashboardPath is the Grafana dashboard README points operators to.
 const dashboardPath = "../../docs/grafana/rlproxy.json"
-
-// builtElsewhere are metrics the dashboard shows that features being
-// built beside this one will export (policies, passthrough). The test
-// accepts them only while a running rlproxy does not export them: once
-// it does, the name must leave this list. Remove the list when those
-// features are merged.
-var builtElsewhere = []string{
-	"rlproxy_policy_granted_total",
-	"rlproxy_policy_denied_total",
-}
 
 // metricName finds the metric names in a PromQL expression: rlproxy's
 // own and the Go client's process_* and go_* ones.
@@ -69,16 +57,10 @@ func TestDashboardMetricsExist(t *testing.T) {
 	h := start(t, func(c *config.Config) { c.MetricsListen, c.Passthrough = "127.0.0.1:0", true })
 	h.Do(t, "RL.SETRATE", "d", 1, "1m").Equal(int64(1))
 	h.Do(t, "RL.ACQUIRE", "d").Granted(0)
-	// Per-policy series exist once a policy has decided something. (Until
-	// RL.POLICY is merged it is an unknown command.)
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	if err := h.conn.d.Do(ctx, "RL.POLICY", "SET", "dash:*", 1, "1m").Err(); err == nil {
-		h.Do(t, "RL.ACQUIRE", "dash:1").Granted(0)
-		h.Do(t, "RL.ACQUIRE", "dash:1").Denied(0)
-	} else if !strings.HasPrefix(err.Error(), "ERR unknown command") {
-		t.Fatalf("RL.POLICY SET: %v", err)
-	}
+	// Per-policy series exist once a policy has decided something.
+	h.Do(t, "RL.POLICY", "SET", "dash:*", 1, "1m").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", "dash:1").Granted(0)
+	h.Do(t, "RL.ACQUIRE", "dash:1").Denied(0)
 	resp, err := http.Get("http://" + h.proxy.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -92,16 +74,8 @@ func TestDashboardMetricsExist(t *testing.T) {
 		}
 	}
 	for name, panels := range used {
-		switch {
-		case exported[name] && slices.Contains(builtElsewhere, name):
-			t.Errorf("%s is exported now: take it off builtElsewhere", name)
-		case !exported[name] && !slices.Contains(builtElsewhere, name):
+		if !exported[name] {
 			t.Errorf("the dashboard's panels %q query %s, which rlproxy does not export", panels, name)
-		}
-	}
-	for _, name := range builtElsewhere {
-		if _, ok := used[name]; !ok {
-			t.Errorf("builtElsewhere lists %s, which no panel uses", name)
 		}
 	}
 }

@@ -322,7 +322,7 @@ func TestShardNodeRestartEmpty(t *testing.T) {
 	}
 
 	h.Do(t, "RL.GETRATE", zero).Nil()
-	h.Do(t, "RL.ACQUIRE", zero).Err(fmt.Sprintf("ERR no such limiter '%s' (create it with RL.SETRATE)", zero))
+	h.Do(t, "RL.ACQUIRE", zero).Err(fmt.Sprintf("ERR no such limiter '%s' (create it with RL.SETRATE or RL.POLICY SET)", zero))
 
 	for _, name := range []string{other, zero} {
 		h.Do(t, "RL.SETRATE", name, rate, "1s", "SHARDS", shards).OK()

@@ -96,7 +96,7 @@ func TestWaitersToldOfDelete(t *testing.T) {
 	for i, w := range waits {
 		vals, errs := w()
 		for j := range errs {
-			want := fmt.Sprintf("ERR no such limiter '%s' (create it with RL.SETRATE)", "del-"+[]string{"token-bucket", "leaky-bucket", "fixed-window"}[i/2])
+			want := fmt.Sprintf("ERR no such limiter '%s' (create it with RL.SETRATE or RL.POLICY SET)", "del-"+[]string{"token-bucket", "leaky-bucket", "fixed-window"}[i/2])
 			if errs[j] == nil || errs[j].Error() != want {
 				t.Errorf("waiter %d/%d: %v %v, want %s", i, j, vals[j], errs[j], want)
 			}

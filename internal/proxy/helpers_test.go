@@ -6,7 +6,7 @@ package proxy
 //	h := start(t)
 //	h.Do(t, "RL.SETRATE", "k", 3, "1s").Equal(int64(1))
 //	h.Do(t, "RL.ACQUIRE", "k").Granted(2)
-//	h.Do(t, "RL.ACQUIRE", "nope").Err("ERR no such limiter 'nope' (create it with RL.SETRATE)")
+//	h.Do(t, "RL.ACQUIRE", "nope").Err("ERR no such limiter 'nope' (create it with RL.SETRATE or RL.POLICY SET)")
 //
 // Every proxy runs in-process on 127.0.0.1:0 in front of a real
 // redis-server (internal/redistest) or the embedded backend, and is

@@ -81,7 +81,7 @@ func TestLeaseSession(t *testing.T) {
 	h.Do(t, "RL.AVAILABLE", "db").Equal(int64(2))
 	h.Do(t, "RL.RETURN", "db", b.ID).Equal(int64(0))
 	h.Do(t, "RL.DEL", "db").Equal(int64(1))
-	h.Do(t, "RL.LEASE", "db").Err("ERR no such limiter 'db' (create it with RL.SETRATE)")
+	h.Do(t, "RL.LEASE", "db").Err("ERR no such limiter 'db' (create it with RL.SETRATE or RL.POLICY SET)")
 }
 
 // heldScript sums the permits of the leases a sub-limiter holds now, by
@@ -331,7 +331,7 @@ func TestLeaseOptions(t *testing.T) {
 	h.Do(t, "RL.RENEW", "k", "x", "TTL", "0").ErrContains("TTL")
 	h.Do(t, "RL.RENEW", "k", "x", "FOR", "1s").ErrContains("syntax error")
 	h.Do(t, "RL.RETURN", "k").ErrContains("wrong number of arguments")
-	h.Do(t, "RL.RETURN", "nope", "x").Err("ERR no such limiter 'nope' (create it with RL.SETRATE)")
+	h.Do(t, "RL.RETURN", "nope", "x").Err("ERR no such limiter 'nope' (create it with RL.SETRATE or RL.POLICY SET)")
 	// A waiter follows the limiter: RL.DEL answers it at once.
 	h.Do(t, "RL.SETRATE", "d", 1, "1m", "ALGO", "concurrency").Equal(int64(1))
 	h.Do(t, "RL.LEASE", "d").Lease()
@@ -343,7 +343,7 @@ func TestLeaseOptions(t *testing.T) {
 	begin := time.Now()
 	select {
 	case err := <-errc:
-		if err == nil || err.Error() != "ERR no such limiter 'd' (create it with RL.SETRATE)" {
+		if err == nil || err.Error() != "ERR no such limiter 'd' (create it with RL.SETRATE or RL.POLICY SET)" {
 			t.Fatalf("waiter after RL.DEL: %v", err)
 		}
 		if took := time.Since(begin); took > 500*time.Millisecond {
@@ -442,7 +442,7 @@ func TestLeaseBackendRestart(t *testing.T) {
 	h.backend.Restart(t)
 	err := eventually(5*time.Second, func() error {
 		r := h.Do(t, "RL.LEASE", "r")
-		if r.err == nil || r.err.Error() != "ERR no such limiter 'r' (create it with RL.SETRATE)" {
+		if r.err == nil || r.err.Error() != "ERR no such limiter 'r' (create it with RL.SETRATE or RL.POLICY SET)" {
 			return fmt.Errorf("%s", r)
 		}
 		return nil

@@ -12,7 +12,7 @@ func TestDocumentedLimits(t *testing.T) {
 	// A full bucket over 36500 days to refill is refused up front.
 	h.Do(t, "RL.SETRATE", "t", 1, "366d", "BURST", 1000000000).Err(
 		"ERR BURST 1000000000 at 1 per 366d takes longer than 36500 days to refill (burst × interval / rate is at most 36500 days)")
-	h.Do(t, "RL.ACQUIRE", "t", 3162316).Err("ERR no such limiter 't' (create it with RL.SETRATE)")
+	h.Do(t, "RL.ACQUIRE", "t", 3162316).Err("ERR no such limiter 't' (create it with RL.SETRATE or RL.POLICY SET)")
 
 	// At the limit: exactly 36500 days to refill, and a reservation on top.
 	h.Do(t, "RL.SETRATE", "edge", 1, "1d", "BURST", 36500, "TTL", "3650d").Equal(int64(1))

@@ -18,11 +18,12 @@ type metrics struct {
 	ln  net.Listener
 }
 
-func startMetrics(addr string, pool *backend.Pool, table []stat, h *health) (*metrics, error) {
+func startMetrics(addr string, pool *backend.Pool, table []stat, h *health, more ...prometheus.Collector) (*metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(statCollectors(table)...)
 	reg.MustRegister(nodeCollectors(pool.Nodes())...)
+	reg.MustRegister(more...)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

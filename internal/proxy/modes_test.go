@@ -161,8 +161,8 @@ func TestTTL(t *testing.T) {
 			// sooner (RL.GETRATE does not count as use).
 			expectGoneAfter(t, h, key, lastUse, ttl-early)
 			h.Do(t, "RL.GETRATE", key).Nil()
-			h.Do(t, "RL.ACQUIRE", key).Err(fmt.Sprintf("ERR no such limiter '%s' (create it with RL.SETRATE)", key))
-			h.Do(t, "RL.AVAILABLE", key).Err(fmt.Sprintf("ERR no such limiter '%s' (create it with RL.SETRATE)", key))
+			h.Do(t, "RL.ACQUIRE", key).Err(fmt.Sprintf("ERR no such limiter '%s' (create it with RL.SETRATE or RL.POLICY SET)", key))
+			h.Do(t, "RL.AVAILABLE", key).Err(fmt.Sprintf("ERR no such limiter '%s' (create it with RL.SETRATE or RL.POLICY SET)", key))
 			// Nothing of it is left on the backend.
 			if err := eventually(3*time.Second, func() error {
 				if n := keysOf(t, backend, h, key); n > 0 {

@@ -41,6 +41,8 @@ type Proxy struct {
 
 	closeOnce sync.Once
 
+	stopPolicies chan struct{} // closed by closeRest: retryPolicies ends
+
 	reloadMu sync.Mutex
 	cfg      config.Config // as started, then as last reloaded
 	reloads  *reloadCounts
@@ -85,22 +87,35 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		o.Forward = forwarder{gw}
 	}
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)
-	srv = server.New(o, commands.Limiters(limiters, commands.Options{
-		DefaultShards: cfg.DefaultShards,
-		ShardRate:     cfg.ShardRate,
-		MaxAutoShards: cfg.MaxAutoShards,
-		Changed:       leases.Changed,
-	}), commands.Leases(leases))
-	if err := srv.Listen(); err != nil {
-		gw.Close()
-		pool.Close()
-		return nil, err
-	}
+	co := commandOptions(cfg, leases)
+	srv = server.New(o, commands.Limiters(limiters, co), commands.Leases(leases), commands.Policies(limiters, co))
 	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, gateway: gw, cfg: cfg, reloads: reloads, done: make(chan error, 1),
 		health: &health{nodes: pool.Nodes(), scripts: scripts.All(), timeout: cfg.BackendTimeout}}
+	closeAll := func() {
+		gw.Close()
+		limiters.Close()
+		pool.Close()
+	}
+	// The policies are in force before the listener answers — unless the
+	// backends cannot be reached now: then they are applied once they can
+	// (a proxy starts without its backends, as it runs without them).
+	sets, err := policySets(cfg, co)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	p.stopPolicies = make(chan struct{})
+	if err := p.applyPolicies(ctx, sets); err != nil {
+		log.Warn("policies not read (or applied) yet: the backends cannot be reached; trying again every second", "err", err)
+		go p.retryPolicies(log)
+	}
+	if err := srv.Listen(); err != nil {
+		closeAll()
+		return nil, err
+	}
 	if cfg.MetricsListen != "" {
 		p.readyDelay = cfg.ShutdownReadyDelay
-		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats, p.health); err != nil {
+		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats, p.health, policyCollector{limiters}); err != nil {
 			srv.Close()
 			pool.Close()
 			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
@@ -108,6 +123,16 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	}
 	go func() { p.done <- srv.Serve() }()
 	return p, nil
+}
+
+// commandOptions is the commands' part of cfg.
+func commandOptions(cfg config.Config, leases *lease.Service) commands.Options {
+	return commands.Options{
+		DefaultShards: cfg.DefaultShards,
+		ShardRate:     cfg.ShardRate,
+		MaxAutoShards: cfg.MaxAutoShards,
+		Changed:       leases.Changed,
+	}
 }
 
 // backendErrorPolicy maps on_backend_error to the limiters' policy.
@@ -130,6 +155,9 @@ func (p *Proxy) MetricsAddr() string {
 
 // Embedded reports whether the proxy runs on the embedded in-memory backend.
 func (p *Proxy) Embedded() bool { return p.pool.Embedded() }
+
+// Policies counts the policies (RL.POLICY) in force on this proxy.
+func (p *Proxy) Policies() int { return len(p.limiters.Policies()) }
 
 // Done delivers Serve's result once the server stops.
 func (p *Proxy) Done() <-chan error { return p.done }
@@ -164,6 +192,7 @@ func (p *Proxy) Shutdown(timeout time.Duration) error {
 
 func (p *Proxy) closeRest(err error) error {
 	p.closeOnce.Do(func() {
+		close(p.stopPolicies)
 		<-p.done
 		p.metrics.close()
 		p.limiters.Close()

@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/ratelimit"
@@ -54,12 +56,25 @@ func (p *Proxy) Reload(cfg config.Config) (needRestart []string, err error) {
 		return nil, fmt.Errorf("config: the new config drops %s: refused, as an empty or half-written file would; "+
 			"set reload_may_drop_auth: true in the file if that is meant", strings.Join(dropped, ", "))
 	}
+	sets, err := policySets(cfg, commandOptions(cfg, p.leases))
+	if err != nil {
+		p.reloads.failed.Add(1)
+		return nil, err
+	}
 	if err := p.server.Reload(frontDoor(cfg)); err != nil {
 		p.reloads.failed.Add(1)
 		return nil, err
 	}
 	p.reloads.done.Add(1)
 	applied := p.applyLimiterKeys(p.cfg, cfg)
+	if slices.Contains(config.Changed(p.cfg, cfg), "policies") {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.applyPolicies(ctx, sets); err != nil {
+			return nil, err
+		}
+		applied = append(applied, "policies")
+	}
 	for _, key := range config.Changed(p.cfg, cfg) {
 		if !slices.Contains(frontDoorKeys, key) && !slices.Contains(callerKeys, key) && !slices.Contains(applied, key) {
 			needRestart = append(needRestart, key)
@@ -79,6 +94,7 @@ func limiterOptions(cfg config.Config) ratelimit.Options {
 		DenyCache:      cfg.DenyCache,
 		DenyCacheSize:  cfg.DenyCacheSize,
 		MaxWaiters:     cfg.MaxWaiters,
+		MaxPolicies:    cfg.MaxPolicies,
 	}
 }
 
@@ -87,7 +103,7 @@ func limiterOptions(cfg config.Config) ratelimit.Options {
 // timeouts when it is made, so a longer one would not take effect.)
 var limiterKeys = []string{
 	"deny_cache", "deny_cache_size", "max_probes", "on_backend_error",
-	"max_waiters", "breaker_cooldown",
+	"max_waiters", "breaker_cooldown", "max_policies",
 }
 
 // applyLimiterKeys applies the limiter side's live keys that changed

@@ -91,7 +91,7 @@ func TestRueidis(t *testing.T) {
 	// An error is rueidis's error type, with Redis's wording (rueidis
 	// drops the "ERR " of an error line).
 	err = do("RL.ACQUIRE", "rue-none").Error()
-	if re, ok := rueidis.IsRedisErr(err); !ok || re.Error() != "no such limiter 'rue-none' (create it with RL.SETRATE)" {
+	if re, ok := rueidis.IsRedisErr(err); !ok || re.Error() != "no such limiter 'rue-none' (create it with RL.SETRATE or RL.POLICY SET)" {
 		t.Errorf("RL.ACQUIRE of no limiter: %T %v", err, err)
 	}
 

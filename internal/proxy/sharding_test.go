@@ -480,6 +480,6 @@ func TestShardCommandsVisitEveryShard(t *testing.T) {
 		t.Errorf("keys left after RL.DEL: %v", keys)
 	}
 	h.Do(t, "RL.DEL", "all").Equal(int64(0))
-	h.Do(t, "RL.AVAILABLE", "all").Err("ERR no such limiter 'all' (create it with RL.SETRATE)")
-	h.Do(t, "RL.ACQUIRE", "all").Err("ERR no such limiter 'all' (create it with RL.SETRATE)")
+	h.Do(t, "RL.AVAILABLE", "all").Err("ERR no such limiter 'all' (create it with RL.SETRATE or RL.POLICY SET)")
+	h.Do(t, "RL.ACQUIRE", "all").Err("ERR no such limiter 'all' (create it with RL.SETRATE or RL.POLICY SET)")
 }

@@ -50,6 +50,8 @@ func statTable(l *ratelimit.Limiters, leases *lease.Service, srv **server.Server
 			lim(func(s ratelimit.Stats) int64 { return s.WaitingClients })},
 		{"Limiters", "deny_cache_entries", "deny_cache_entries", "Denials the deny cache holds now.", true,
 			lim(func(s ratelimit.Stats) int64 { return s.DenyCacheEntries })},
+		{"Policies", "policies", "policies", "Policies (RL.POLICY) in force on this proxy.", true,
+			func() int64 { return int64(len(l.Policies())) }},
 		{"Leases", "lease_waiting_clients", "lease_waiting_clients", "Clients waiting in RL.LEASE (TIMEOUT/BLOCK) now.", true,
 			leases.Waiting},
 		{"BusyPoll", "busy_poll_us", "", "", true, func() int64 { return budget.Microseconds() }},
@@ -205,4 +207,25 @@ func nodeCollectors(nodes []*backend.Node) []prometheus.Collector {
 		}
 	}
 	return out
+}
+
+// policyCollector is /metrics' per-policy counts: the policies come and
+// go (RL.POLICY), at most max_policies of them.
+type policyCollector struct{ l *ratelimit.Limiters }
+
+var (
+	policyGranted = prometheus.NewDesc("rlproxy_policy_granted_total", "RL.ACQUIRE calls granted on names a policy governs.", []string{"policy"}, nil)
+	policyDenied  = prometheus.NewDesc("rlproxy_policy_denied_total", "RL.ACQUIRE calls denied on names a policy governs.", []string{"policy"}, nil)
+)
+
+func (c policyCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- policyGranted
+	ch <- policyDenied
+}
+
+func (c policyCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.l.Policies() {
+		ch <- prometheus.MustNewConstMetric(policyGranted, prometheus.CounterValue, float64(p.Granted), p.Pattern)
+		ch <- prometheus.MustNewConstMetric(policyDenied, prometheus.CounterValue, float64(p.Denied), p.Pattern)
+	}
 }

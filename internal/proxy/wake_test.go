@@ -38,7 +38,7 @@ func TestWaitersWokenByChange(t *testing.T) {
 			waiting = goDo(c, "RL.ACQUIRE", key, 1, "BLOCK")
 			waitAsked(t, h.conn, 1, base+1)
 			h.Do(t, "RL.DEL", key).Equal(int64(1))
-			await(t, waiting, 5*time.Second).reply(t).Err("ERR no such limiter '" + key + "' (create it with RL.SETRATE)")
+			await(t, waiting, 5*time.Second).reply(t).Err("ERR no such limiter '" + key + "' (create it with RL.SETRATE or RL.POLICY SET)")
 		})
 	}
 }

@@ -3,7 +3,8 @@
 -- KEYS[1]   config hash of one sub-limiter (written by setconf.lua)
 -- KEYS[2..] state keys of the algorithm (named by the algorithm's file)
 -- ARGV[1]   op: 'acquire' | 'peek' | 'release' | 'charge'
--- ARGV[2]   epoch the caller expects ('' skips the check)
+-- ARGV[2]   epoch the caller expects ('' skips the check), or for a
+--           name a policy governs '=' and the policy's config (below)
 -- ARGV[3..] acquire: the coalesced requests, decided in order, as runs of
 --             identical ones: permits, max_wait_ms (how long the caller
 --             may wait; 0 = now), count
@@ -24,12 +25,28 @@
 --   charge results: one run's 8 integers, granted 1, remaining signed
 --     (below zero: the debt that later acquires wait out)
 --   peek / release results: {available}
-local conf = redis.call('HMGET', KEYS[1], 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms', 'sub_limits')
-if not conf[1] then
-  return {1, ''}
-end
-if ARGV[2] ~= '' and ARGV[2] ~= conf[1] then
-  return {2, conf[1]}
+local conf
+if string.sub(ARGV[2], 1, 1) == '=' then
+  -- A name a policy governs (RL.POLICY): its config comes with the call,
+  -- "=epoch sub_rate interval_ms sub_burst [sub_limits]", and it has no
+  -- config key. One that appeared (RL.SETRATE: an explicit limiter wins
+  -- over any policy) makes the caller read the config again.
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return {2, ''}
+  end
+  local e, r, i, b, l = string.match(ARGV[2], '^=(%S+) (%d+) (%d+) (%d+) ?(%S*)$')
+  if not e then
+    return redis.error_reply('ERR internal: malformed policy config')
+  end
+  conf = {e, r, i, b, '0', l ~= '' and l or false}
+else
+  conf = redis.call('HMGET', KEYS[1], 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms', 'sub_limits')
+  if not conf[1] then
+    return {1, ''}
+  end
+  if ARGV[2] ~= '' and ARGV[2] ~= conf[1] then
+    return {2, conf[1]}
+  end
 end
 local rate = tonumber(conf[2])
 local interval = tonumber(conf[3]) * 1000 -- microseconds

@@ -96,7 +96,7 @@ const checks = {
   },
   "errors arrive as the library's reply errors, and the connection stays": async () => {
     let err = await rejects(c.call("RL.ACQUIRE", k("none")));
-    assert.equal(err.message, `ERR no such limiter '${k("none")}' (create it with RL.SETRATE)`);
+    assert.equal(err.message, `ERR no such limiter '${k("none")}' (create it with RL.SETRATE or RL.POLICY SET)`);
     err = await rejects(c.call("RL.ACQUIRE", k("api"), 6));
     assert.equal(err.message, `ERR requested 6 permits but limiter '${k("api")}' holds at most 5 per request`);
     err = await rejects(c.call("RL.SETRATE", k("bad"), 0, "1s"));
@@ -164,6 +164,19 @@ const checks = {
     assert.equal(await c.call("RL.RETURN", k("db"), held[0]), 1);
     assert.equal(await c.call("RL.AVAILABLE", k("db")), 2);
     assert.match((await rejects(c.call("RL.ACQUIRE", k("db")))).message, /RL\.LEASE/);
+  },
+  "per-user limits: one RL.POLICY SET, then RL.ACQUIRE per user": async () => {
+    assert.equal(await c.call("RL.POLICY", "SET", k("user:*"), 2, "1h"), 1);
+    assert.equal(await c.call("RL.POLICY", "SET", k("user:*"), 2, "1h"), 0);
+    for (const user of ["alice", "bob"]) {
+      assert.deepEqual((await c.call("RL.ACQUIRE", k(`user:${user}`))).slice(0, 2), [1, 1]);
+      assert.deepEqual((await c.call("RL.ACQUIRE", k(`user:${user}`))).slice(0, 2), [1, 0]);
+      assert.equal((await c.call("RL.ACQUIRE", k(`user:${user}`)))[0], 0);
+    }
+    assert.equal(String(await c.call("RL.POLICY", "MATCH", k("user:carol"))), k("user:*"));
+    assert.equal(await c.call("RL.POLICY", "DEL", k("user:*")), 1);
+    const err = await rejects(c.call("RL.ACQUIRE", k("user:alice")));
+    assert.equal(err.message, `ERR no such limiter '${k("user:alice")}' (create it with RL.SETRATE or RL.POLICY SET)`);
   },
 };
 

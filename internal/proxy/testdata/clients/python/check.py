@@ -73,7 +73,7 @@ def getrate():
 def errors():
     # redis-py drops the "ERR " of an error reply.
     got = error_of(c.execute_command, "RL.ACQUIRE", k("none"))
-    assert got == f"no such limiter '{k('none')}' (create it with RL.SETRATE)", got
+    assert got == f"no such limiter '{k('none')}' (create it with RL.SETRATE or RL.POLICY SET)", got
     got = error_of(c.execute_command, "RL.ACQUIRE", k("api"), 6)
     assert got == f"requested 6 permits but limiter '{k('api')}' holds at most 5 per request", got
     got = error_of(c.execute_command, "RL.SETRATE", k("bad"), 0, "1s")
@@ -151,6 +151,23 @@ def leases():
     other.close()
 
 
+def policy():
+    # Per-user limits: one RL.POLICY SET at start, then RL.ACQUIRE per
+    # request for whichever user comes; each user has its own budget.
+    assert c.execute_command("RL.POLICY", "SET", k("user:*"), 2, "1h") == 1
+    assert c.execute_command("RL.POLICY", "SET", k("user:*"), 2, "1h") == 0
+    for user in ("alice", "bob"):
+        assert c.execute_command("RL.ACQUIRE", k("user:" + user))[:2] == [1, 1]
+        assert c.execute_command("RL.ACQUIRE", k("user:" + user))[:2] == [1, 0]
+        assert c.execute_command("RL.ACQUIRE", k("user:" + user))[0] == 0
+    assert c.execute_command("RL.POLICY", "MATCH", k("user:carol")) == k("user:*")
+    rate = c.execute_command("RL.GETRATE", k("user:carol"))
+    assert rate[-2:] == ["policy", k("user:*")], rate
+    assert c.execute_command("RL.POLICY", "DEL", k("user:*")) == 1
+    got = error_of(c.execute_command, "RL.ACQUIRE", k("user:alice"))
+    assert got == f"no such limiter '{k('user:alice')}' (create it with RL.SETRATE or RL.POLICY SET)", got
+
+
 checks = [
     ("handshake: client_info() parses CLIENT INFO", handshake),
     ("RL.SETRATE creates, then leaves an identical limiter alone", setrate),
@@ -165,6 +182,7 @@ checks = [
     ("GCRA and RL.THROTTLE answer like Redis 8.8 and redis-cell", gcra),
     ("concurrent callers never get more than the limit", concurrent),
     ("leases: a worker pool leases, renews, returns; a waiter is woken", leases),
+    ("per-user limits: one RL.POLICY SET, then RL.ACQUIRE per user", policy),
 ]
 failed = 0
 for name, check in checks:

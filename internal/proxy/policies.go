@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/rlproxy/rlproxy/commands"
+	"github.com/rlproxy/rlproxy/config"
+)
+
+// policySets parses the config file's policies as RL.POLICY SET would:
+// all of them, before any is applied.
+func policySets(cfg config.Config, o commands.Options) ([]commands.PolicySet, error) {
+	out := make([]commands.PolicySet, 0, len(cfg.Policies))
+	for i, p := range cfg.Policies {
+		r, err := commands.ParsePolicySet(append([]string{"RL.POLICY", "SET"}, p.Args()...), o)
+		if err != nil {
+			return nil, fmt.Errorf("config: policies[%d] (%s): %v", i, p.Pattern, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// applyPolicies applies the config file's policies (RL.POLICY SET each: an
+// unchanged one is a no-op; one no longer in the file is left alone), then
+// reads every policy in the backends, so the proxy follows them all.
+func (p *Proxy) applyPolicies(ctx context.Context, sets []commands.PolicySet) error {
+	for _, r := range sets {
+		if _, err := p.limiters.PolicySet(ctx, r.Name, r.Config, r.SetRateOptions); err != nil {
+			return fmt.Errorf("config: policies (%s): %v", r.Name, err)
+		}
+	}
+	return p.limiters.RefreshPolicies(ctx)
+}
+
+// retryPolicies applies the config file's policies (as last loaded)
+// every second until it succeeds or the proxy closes: the backends were
+// down at start.
+func (p *Proxy) retryPolicies(log *slog.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-p.stopPolicies:
+			return
+		}
+		if p.tryPolicies() == nil {
+			log.Info("policies applied")
+			return
+		}
+	}
+}
+
+func (p *Proxy) tryPolicies() error {
+	p.reloadMu.Lock()
+	defer p.reloadMu.Unlock()
+	sets, err := policySets(p.cfg, commandOptions(p.cfg, p.leases))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return p.applyPolicies(ctx, sets)
+}

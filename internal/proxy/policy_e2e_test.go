@@ -1,0 +1,465 @@
+package proxy
+
+// Policies (RL.POLICY) end to end: one rule over every name with a
+// prefix, through real clients and real redis-servers.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/redistest"
+	"github.com/rlproxy/rlproxy/limiter"
+)
+
+const noSuch = "ERR no such limiter '%s' (create it with RL.SETRATE or RL.POLICY SET)"
+
+func TestPolicyCommands(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(c *config.Config) { c.MaxPolicies = 3; c.MetricsListen = "127.0.0.1:0" })
+
+	// Replies: 1 created or changed, 0 left as it was (NX: only create).
+	h.Do(t, "RL.POLICY", "SET", "user:*", 2, "1h").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "SET", "user:*", 2, "1h").Equal(int64(0))
+	h.Do(t, "RL.POLICY", "SET", "user:*", 5, "1h", "NX").Equal(int64(0))
+	h.Do(t, "RL.POLICY", "GET", "user:*").Equal(getRate3(2, 3600000, "token-bucket", 2, "OVERALL", 0))
+	h.Do(t, "RL.POLICY", "GET", "none:*").Nil()
+
+	// A governed name is a limiter with the policy's config, each name its own.
+	h.Do(t, "RL.ACQUIRE", "user:1").Granted(1)
+	h.Do(t, "RL.ACQUIRE", "user:1").Granted(0)
+	h.Do(t, "RL.ACQUIRE", "user:1").Denied(0)
+	h.Do(t, "RL.ACQUIRE", "user:2").Granted(1)
+	h.Do(t, "RL.AVAILABLE", "user:2").Equal(int64(1))
+	h.Do(t, "RL.RELEASE", "user:1", 1).Equal(int64(1))
+	h.Do(t, "RL.CHARGE", "user:3", 5).Equal([]any{int64(1), int64(-3), int64(0), int64(9000000)})
+	h.Do(t, "RL.ACQUIRE", "user:1", 3).Err("ERR requested 3 permits but limiter 'user:1' holds at most 2 per request")
+	want := getRate3(2, 3600000, "token-bucket", 2, "OVERALL", 0)
+	want["policy"] = "user:*"
+	h.Do(t, "RL.GETRATE", "user:1").Equal(want)
+	h.Do(t, "RL.POLICY", "MATCH", "user:1").Equal("user:*")
+	h.Do(t, "RL.POLICY", "MATCH", "other").Nil()
+	h.Do(t, "RL.ACQUIRE", "other").Err(fmt.Sprintf(noSuch, "other"))
+	h.Do(t, "RL.GETRATE", "other").Nil()
+
+	// No config key per name: only state, with a TTL.
+	ctx := context.Background()
+	b := h.backend.Client(t)
+	keys := limiter.Keys{Prefix: h.cfg.KeyPrefix}
+	if n, _ := b.Exists(ctx, keys.Config("user:1", 0)).Result(); n != 0 {
+		t.Errorf("a governed name has a config key")
+	}
+	state := keys.Script(limiter.TokenBucket, "user:2", 0, policyEpoch(t, h, "user:*"), "")[1]
+	if ttl, err := b.PTTL(ctx, state).Result(); err != nil || ttl <= 0 {
+		t.Errorf("state of user:2 (%s): PTTL %v %v, want a TTL", state, ttl, err)
+	}
+
+	// RL.RESET gives fresh state; RL.DEL clears it (1 if there was any).
+	h.Do(t, "RL.RESET", "user:1").Equal(int64(1))
+	h.Do(t, "RL.AVAILABLE", "user:1").Equal(int64(2))
+	h.Do(t, "RL.DEL", "user:2").Equal(int64(1))
+	h.Do(t, "RL.DEL", "user:2").Equal(int64(0))
+	h.Do(t, "RL.AVAILABLE", "user:2").Equal(int64(2))
+
+	// The longest prefix wins; an explicit limiter wins over any policy.
+	h.Do(t, "RL.POLICY", "SET", "user:vip:*", 10, "1s", "ALGO", "fixed-window").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "MATCH", "user:vip:1").Equal("user:vip:*")
+	h.Do(t, "RL.ACQUIRE", "user:vip:1").Granted(9)
+	h.Do(t, "RL.SETRATE", "user:9", 100, "1s").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "MATCH", "user:9").Nil()
+	h.Do(t, "RL.ACQUIRE", "user:9").Granted(99)
+	h.Do(t, "RL.GETRATE", "user:9").Equal(getRate3(100, 1000, "token-bucket", 100, "OVERALL", 0))
+	h.Do(t, "RL.DEL", "user:9").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", "user:9").Granted(1) // the policy again
+
+	// A changed policy starts its names fresh; KEEPSTATE carries used permits.
+	h.Do(t, "RL.ACQUIRE", "user:5").Granted(1)
+	h.Do(t, "RL.POLICY", "SET", "user:*", 4, "1h", "KEEPSTATE").Equal(int64(1))
+	h.Do(t, "RL.AVAILABLE", "user:5").Equal(int64(3))
+	h.Do(t, "RL.POLICY", "SET", "user:*", 4, "1h", "ALGO", "sliding-window").Equal(int64(1))
+	h.Do(t, "RL.AVAILABLE", "user:5").Equal(int64(4))
+
+	h.Do(t, "RL.POLICY", "LIST").Equal([]any{"user:*", "user:vip:*"})
+
+	// Bad input.
+	for _, bad := range []string{"user", "user:**", "*user:*", "us*er:*", ""} {
+		h.Do(t, "RL.POLICY", "SET", bad, 1, "1s").Err("ERR policy pattern must be a prefix followed by '*' (like user:*)")
+	}
+	h.Do(t, "RL.POLICY", "SET", "x:*", 1, "1s", "TTL", "1h").Err("ERR TTL does not apply to a policy: a name's state is kept only until it is full again")
+	h.Do(t, "RL.POLICY", "SET", "x:*", 0, "1s").Err("ERR rate must be a positive integer, got '0'")
+	h.Do(t, "RL.POLICY", "SET", "x:*", 1, "1s", "NX", "KEEPSTATE").Err("ERR syntax error: NX and KEEPSTATE cannot be combined")
+	h.Do(t, "RL.POLICY", "SET", "x:*", 1).Err("ERR wrong number of arguments for 'rl.policy|set' command")
+	h.Do(t, "RL.POLICY", "NOPE").Err("ERR unknown subcommand 'NOPE'. Try RL.POLICY HELP.")
+	h.Do(t, "RL.POLICY", "SET", "*", 1, "1s").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "SET", "y:*", 1, "1s").Err("ERR too many policies (max_policies is 3)")
+	h.Do(t, "RL.ACQUIRE", "anything").Granted(0) // "*" governs every name
+
+	// INFO and /metrics count per policy.
+	if got := shardInfo(t, h, "policies")["policies"]; got != "3" {
+		t.Errorf("INFO policies:%s, want 3", got)
+	}
+	resp, err := http.Get("http://" + h.proxy.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, line := range []string{`rlproxy_policy_granted_total{policy="user:vip:*"} 1`, `rlproxy_policy_denied_total{policy="user:*"} 1`, "rlproxy_policies 3"} {
+		if !strings.Contains(string(body), line+"\n") {
+			t.Errorf("/metrics has no line %q", line)
+		}
+	}
+
+	// DEL: its names are no limiters any more (unless another policy governs them).
+	h.Do(t, "RL.POLICY", "DEL", "*").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "DEL", "*").Equal(int64(0))
+	h.Do(t, "RL.ACQUIRE", "anything").Err(fmt.Sprintf(noSuch, "anything"))
+	h.Do(t, "RL.POLICY", "DEL", "user:vip:*").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "MATCH", "user:vip:1").Equal("user:*")
+}
+
+// policyEpoch reads the epoch of a policy from the backend.
+func policyEpoch(t *testing.T, h *harness, pattern string) string {
+	t.Helper()
+	hash, _ := limiter.Keys{Prefix: h.cfg.KeyPrefix}.Policies()
+	v, err := h.backend.Client(t).HGet(context.Background(), hash, pattern).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, _, _ := strings.Cut(v, "\n")
+	return epoch
+}
+
+// Every command on governed names, for each algorithm: waiting, SHADOW,
+// PER_CLIENT, leases.
+func TestPolicyEveryCommand(t *testing.T) {
+	t.Parallel()
+	h := start(t)
+	for _, algo := range []string{"token-bucket", "sliding-log", "sliding-window", "fixed-window", "leaky-bucket"} {
+		pat := algo + ":*"
+		h.Do(t, "RL.POLICY", "SET", pat, 1, "300ms", "ALGO", algo).Equal(int64(1))
+		name := algo + ":a"
+		h.Do(t, "RL.ACQUIRE", name).Granted(0)
+		// TIMEOUT waits for the permit (booked ahead or queued in the proxy).
+		g := h.Do(t, "RL.ACQUIRE", name, 1, "TIMEOUT", "5s").Acquire()
+		if !g.Granted {
+			t.Errorf("%s: RL.ACQUIRE %s 1 TIMEOUT 5s = %+v, want granted", algo, name, g)
+		}
+	}
+	// SHADOW grants and reports the denial.
+	h.Do(t, "RL.POLICY", "SET", "shadow:*", 1, "1h", "SHADOW").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", "shadow:a").Granted(0)
+	if g := h.Do(t, "RL.ACQUIRE", "shadow:a").Acquire(); !g.Granted || g.RetryAfter == 0 {
+		t.Errorf("SHADOW policy: %+v, want granted with retry_after > 0", g)
+	}
+	// MODE PER_CLIENT: each connection name its own budget.
+	h.Do(t, "RL.POLICY", "SET", "pc:*", 1, "1h", "MODE", "PER_CLIENT").Equal(int64(1))
+	a, b := h.waiter(t), h.waiter(t)
+	a.Do(t, "CLIENT", "SETNAME", "a").Equal("OK")
+	b.Do(t, "CLIENT", "SETNAME", "b").Equal("OK")
+	a.Do(t, "RL.ACQUIRE", "pc:x").Granted(0)
+	a.Do(t, "RL.ACQUIRE", "pc:x").Denied(0)
+	b.Do(t, "RL.ACQUIRE", "pc:x").Granted(0)
+	// ALGO concurrency: leases.
+	h.Do(t, "RL.POLICY", "SET", "db:*", 2, "10s", "ALGO", "concurrency").Equal(int64(1))
+	lease := h.Do(t, "RL.LEASE", "db:1", 2).OK().([]any)
+	if lease[0] != int64(1) {
+		t.Fatalf("RL.LEASE db:1 2 = %v, want granted", lease)
+	}
+	h.Do(t, "RL.AVAILABLE", "db:1").Equal(int64(0))
+	h.Do(t, "RL.AVAILABLE", "db:2").Equal(int64(2))
+	h.Do(t, "RL.RENEW", "db:1", lease[3], "TTL", "20s").Equal(int64(1))
+	h.Do(t, "RL.RETURN", "db:1", lease[3]).Equal(int64(1))
+	h.Do(t, "RL.AVAILABLE", "db:1").Equal(int64(2))
+	h.Do(t, "RL.ACQUIRE", "db:1").ErrContains("RL.LEASE")
+	// A lease waiter hears of RL.POLICY DEL.
+	h.Do(t, "RL.LEASE", "db:2", 2).OK()
+	w := h.waiter(t)
+	waiting := goDo(w, "RL.LEASE", "db:2", 1, "BLOCK")
+	if err := eventually(3*time.Second, func() error {
+		if n := shardInfo(t, h, "leases")["lease_waiting_clients"]; n != "1" {
+			return fmt.Errorf("lease_waiting_clients:%s, want 1", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.Do(t, "RL.POLICY", "DEL", "db:*").Equal(int64(1))
+	if r := await(t, waiting, 5*time.Second); r.err == nil || r.err.Error() != fmt.Sprintf(noSuch, "db:2") {
+		t.Errorf("lease waiter after RL.POLICY DEL: %v %v, want no such limiter", r.val, r.err)
+	}
+	// Sharded policies: each name's shards sum to the rate.
+	h.Do(t, "RL.POLICY", "SET", "sh:*", 8, "1h", "SHARDS", 4).Equal(int64(1))
+	h.Do(t, "RL.AVAILABLE", "sh:1").Equal(int64(8))
+	granted := 0
+	for range 12 {
+		if h.Do(t, "RL.ACQUIRE", "sh:1").Acquire().Granted {
+			granted++
+		}
+	}
+	if granted != 8 {
+		t.Errorf("SHARDS 4 policy of 8/1h: %d of 12 granted, want 8", granted)
+	}
+}
+
+// Several proxies on the same backends follow the same policies: a change
+// through one applies on the others within a second; waiters on a
+// deleted policy's names are told at once; explicit limiters win on
+// every proxy.
+func TestPolicyAcrossProxies(t *testing.T) {
+	t.Parallel()
+	f := startFleet(t, 3)
+	a, b, c := f.proxies[0], f.proxies[1], f.proxies[2]
+	a.Do(t, "RL.POLICY", "SET", "user:*", 1, "1h").Equal(int64(1))
+	within := func(what string, d time.Duration, check func() error) {
+		t.Helper()
+		start := time.Now()
+		if err := eventually(d, check); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
+	}
+	within("proxies B and C follow the new policy", 1500*time.Millisecond, func() error {
+		for _, p := range []*harness{b, c} {
+			if _, err := p.client(t, nil).Do(context.Background(), "RL.AVAILABLE", "user:1").Result(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// One count per name, whichever proxy: no state lost or doubled.
+	b.Do(t, "RL.ACQUIRE", "user:1").Granted(0)
+	a.Do(t, "RL.ACQUIRE", "user:1").Denied(0)
+	c.Do(t, "RL.AVAILABLE", "user:1").Equal(int64(0))
+
+	// A change through A: B decides under it within a second.
+	a.Do(t, "RL.POLICY", "SET", "user:*", 5, "1h").Equal(int64(1))
+	within("proxy B follows the changed policy", 1500*time.Millisecond, func() error {
+		r, err := b.client(t, nil).Do(context.Background(), "RL.AVAILABLE", "user:1").Result()
+		if err != nil || r != int64(5) {
+			return fmt.Errorf("RL.AVAILABLE user:1 on B = %v %v, want 5 (fresh under the new policy)", r, err)
+		}
+		return nil
+	})
+
+	// Explicit wins on every proxy, even one that never read it.
+	b.Do(t, "RL.SETRATE", "user:x", 100, "1s").Equal(int64(1))
+	c.Do(t, "RL.ACQUIRE", "user:x").Granted(99)
+	a.Do(t, "RL.GETRATE", "user:x").Equal(getRate3(100, 1000, "token-bucket", 100, "OVERALL", 0))
+
+	// Waiters on B and C on a governed name; RL.POLICY DEL through A.
+	a.Do(t, "RL.POLICY", "SET", "user:*", 1, "1h").Equal(int64(1))
+	within("proxies follow", 1500*time.Millisecond, func() error {
+		for _, p := range []*harness{b, c} {
+			if r, err := p.client(t, nil).Do(context.Background(), "RL.AVAILABLE", "user:w").Result(); err != nil || r != int64(1) {
+				return fmt.Errorf("RL.AVAILABLE user:w = %v %v, want 1", r, err)
+			}
+		}
+		return nil
+	})
+	cb, cc := b.waiter(t), c.waiter(t)
+	cb.Do(t, "RL.ACQUIRE", "user:w").Granted(0)
+	onB := goDo(cb, "RL.ACQUIRE", "user:w", 1, "BLOCK")
+	onC := goDo(cc, "RL.ACQUIRE", "user:w", 1, "TIMEOUT", "3h") // booked behind B's: 2 h out
+	for _, p := range []*harness{b, c} {
+		if err := eventually(3*time.Second, func() error {
+			if n := waitingClients(t, p.Conn(t, nil)); n != 1 {
+				return fmt.Errorf("waiting_clients is %d, want 1", n)
+			}
+			return nil
+		}); err != nil {
+			select {
+			case r := <-onB:
+				t.Fatalf("%v; the waiter on B answered %v %v", err, r.val, r.err)
+			case r := <-onC:
+				t.Fatalf("%v; the waiter on C answered %v %v", err, r.val, r.err)
+			default:
+				t.Fatal(err)
+			}
+		}
+	}
+	start := time.Now()
+	a.Do(t, "RL.POLICY", "DEL", "user:*").Equal(int64(1))
+	for _, ch := range []<-chan timed{onB, onC} {
+		r := await(t, ch, 3*time.Second)
+		if r.err == nil || r.err.Error() != fmt.Sprintf(noSuch, "user:w") {
+			t.Errorf("waiter after RL.POLICY DEL: %v %v, want no such limiter", r.val, r.err)
+		}
+	}
+	t.Logf("waiters on two other proxies answered %v after RL.POLICY DEL", time.Since(start).Round(time.Millisecond))
+	c.Do(t, "RL.GETRATE", "user:x").Equal(getRate3(100, 1000, "token-bucket", 100, "OVERALL", 0)) // the explicit limiter stays
+
+	// RL.POLICY SET racing through every proxy converges: all decide under
+	// the one stored last.
+	var wg sync.WaitGroup
+	for i, p := range f.proxies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.client(t, nil).Do(context.Background(), "RL.POLICY", "SET", "race:*", 10+i, "1h")
+		}()
+	}
+	wg.Wait()
+	rate := a.Do(t, "RL.POLICY", "GET", "race:*").OK().(map[any]any)["rate"]
+	within("every proxy follows the policy stored last", 1500*time.Millisecond, func() error {
+		for i, p := range f.proxies {
+			if r, err := p.client(t, nil).Do(context.Background(), "RL.AVAILABLE", "race:1").Result(); err != nil || r != rate {
+				return fmt.Errorf("proxy %d: RL.AVAILABLE race:1 = %v %v, want %v", i, r, err, rate)
+			}
+		}
+		return nil
+	})
+}
+
+// Policies in the config file: in force before the listener answers,
+// applied again on reload (unchanged: a no-op; removed: kept).
+func TestPolicyConfigFile(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(c *config.Config) {
+		c.Policies = []config.Policy{
+			{Pattern: "api:*", Rate: 3, Interval: "1m"},
+			{Pattern: "t:*", Rate: 10, Interval: "1s", Limits: []config.PolicyLimit{{Rate: 100, Interval: "1h"}}, Algo: "sliding-window", Shards: "2"},
+		}
+	})
+	h.Do(t, "RL.ACQUIRE", "api:k").Granted(2)
+	h.Do(t, "RL.POLICY", "LIST").Equal([]any{"api:*", "t:*"})
+	want := getRate3(10, 1000, "sliding-window", 10, "OVERALL", 0)
+	want["shards"], want["limits"] = int64(2), []any{[]any{int64(100), int64(3600000)}}
+	h.Do(t, "RL.POLICY", "GET", "t:*").Equal(want)
+
+	cfg := h.cfg
+	cfg.Policies = []config.Policy{{Pattern: "api:*", Rate: 3, Interval: "1m"}}
+	if _, err := h.proxy.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	h.Do(t, "RL.AVAILABLE", "api:k").Equal(int64(2)) // unchanged: state kept
+	h.Do(t, "RL.POLICY", "LIST").Equal([]any{"api:*", "t:*"})
+	cfg.Policies = []config.Policy{{Pattern: "api:*", Rate: 6, Interval: "1m"}}
+	if _, err := h.proxy.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	h.Do(t, "RL.AVAILABLE", "api:k").Equal(int64(6))
+	cfg.Policies = []config.Policy{{Pattern: "api:*", Rate: 6, Interval: "1m", Mode: "SIDEWAYS"}}
+	if _, err := h.proxy.Reload(cfg); err == nil || !strings.Contains(err.Error(), "MODE must be OVERALL or PER_CLIENT") {
+		t.Errorf("reload with a bad policy: %v, want the MODE error", err)
+	}
+}
+
+// RL.POLICY is admin-only; a user's limiters patterns apply to governed
+// names as to any other.
+func TestPolicyUsers(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(c *config.Config) {
+		c.RequirePass = "root"
+		c.Users = []config.User{{Name: "app", Password: "apppw", Commands: []string{"acquire"}, Limiters: []string{"api:*"}}}
+	})
+	h.Do(t, "RL.POLICY", "SET", "*", 1, "1m").Equal(int64(1))
+	app := h.Conn(t, func(o *redis.Options) { o.Username, o.Password = "app", "apppw" })
+	app.Do(t, "RL.ACQUIRE", "api:1").Granted(0)
+	app.Do(t, "RL.ACQUIRE", "billing:1").Err("NOPERM No permissions to access the 'billing:1' limiter")
+	app.Do(t, "RL.POLICY", "SET", "api:*", 100, "1s").Err("NOPERM User app has no permissions to run the 'rl.policy' command")
+	app.Do(t, "RL.POLICY", "LIST").Err("NOPERM User app has no permissions to run the 'rl.policy' command")
+	h.Do(t, "RL.ACQUIRE", strings.Repeat("x", 513)).Err("ERR limiter name is longer than 512 bytes")
+}
+
+// Requests for different names of one policy go to Redis together: a
+// pipeline of 600 acquires over 50 names is decided in a few script calls
+// (names.lua), each name exactly: 10 granted, 2 denied, in order.
+func TestPolicyNamesShareScriptCalls(t *testing.T) {
+	t.Parallel()
+	for _, algo := range []string{"token-bucket", "sliding-log", "sliding-window", "fixed-window"} {
+		t.Run(algo, func(t *testing.T) {
+			t.Parallel()
+			h := start(t, func(c *config.Config) { c.DenyCache = false })
+			h.Do(t, "RL.POLICY", "SET", "n:*", 10, "1h", "ALGO", algo).Equal(int64(1))
+			backend := redis.NewClient(&redis.Options{Addr: h.backend.Addr(), Protocol: 2})
+			defer backend.Close()
+			resetBackendStats(t, backend)
+			pipe := h.client(t, nil).Pipeline()
+			var cmds []*redis.Cmd
+			for range 12 {
+				for n := range 50 {
+					cmds = append(cmds, pipe.Do(context.Background(), "RL.ACQUIRE", fmt.Sprintf("n:%d", n)))
+				}
+			}
+			if _, err := pipe.Exec(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			granted := map[string]int{}
+			for i, c := range cmds {
+				v, err := c.Slice()
+				if err != nil {
+					t.Fatalf("acquire %d: %v", i, err)
+				}
+				name := fmt.Sprintf("n:%d", i%50)
+				if v[0] == int64(1) {
+					granted[name]++
+					if want := int64(10 - granted[name]); v[1] != want {
+						t.Errorf("%s grant %d: remaining %v, want %d", name, granted[name], v[1], want)
+					}
+				} else if granted[name] != 10 {
+					t.Errorf("%s denied after %d grants, want 10 first", name, granted[name])
+				}
+			}
+			for n := range 50 {
+				if g := granted[fmt.Sprintf("n:%d", n)]; g != 10 {
+					t.Errorf("n:%d: %d granted of 12, want 10", n, g)
+				}
+			}
+			calls := backendCalls(t, backend)
+			scripts := calls["evalsha"] + calls["eval"]
+			t.Logf("%s: 600 acquires over 50 names: %d script calls", algo, scripts)
+			if scripts > 60 {
+				t.Errorf("%d script calls for 600 acquires over 50 names: names are not decided together", scripts)
+			}
+		})
+	}
+}
+
+// On a Redis Cluster: policies live in one slot, every governed name's
+// script touches its own slot only (no names calls), sharded policies too.
+func TestPolicyCluster(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3)
+	h := startProxy(t, nil, func(c *config.Config) { c.Cluster = cluster.URLs() })
+	h.Do(t, "RL.POLICY", "SET", "user:*", 2, "1h").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "SET", "big:*", 8, "1h", "SHARDS", 4).Equal(int64(1))
+	pipe := h.client(t, nil).Pipeline()
+	var cmds []*redis.Cmd
+	for i := range 30 {
+		for range 3 {
+			cmds = append(cmds, pipe.Do(context.Background(), "RL.ACQUIRE", fmt.Sprintf("user:%d", i)))
+		}
+	}
+	if _, err := pipe.Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cmds {
+		v, err := c.Slice()
+		if err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+		if want := int64(1); i%3 == 2 {
+			want = 0
+			if v[0] != want {
+				t.Errorf("acquire %d (third of its name): %v, want denied", i, v)
+			}
+		} else if v[0] != want {
+			t.Errorf("acquire %d: %v, want granted", i, v)
+		}
+	}
+	h.Do(t, "RL.AVAILABLE", "big:1").Equal(int64(8))
+	h.Do(t, "RL.CHARGE", "big:1", 8).OK()
+	h.Do(t, "RL.AVAILABLE", "big:1").Equal(int64(0))
+	h.Do(t, "RL.DEL", "big:1").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "LIST").Equal([]any{"big:*", "user:*"})
+	h.Do(t, "RL.POLICY", "DEL", "user:*").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", "user:1").Err(fmt.Sprintf(noSuch, "user:1"))
+}

@@ -1,0 +1,82 @@
+package ratelimit
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/coalesce"
+	"github.com/rlproxy/rlproxy/limiter"
+)
+
+// Requests for different names of one policy on one node are decided by
+// one script call (names.lua), the way concurrent requests for one
+// sub-limiter are: they are coalesced by node and policy, not by name.
+// Only for what the names script serves: one shard, one limit, OVERALL,
+// no waiting, and standalone nodes (in a Redis Cluster a script may touch
+// one slot only, and each name has its own).
+
+// nameAsk is one request's part of a names call.
+type nameAsk struct {
+	keys []string
+	ask  limiter.Ask
+}
+
+// namesCall returns the call that decides r on e's shard 0 together with
+// other names of e's policy, or false when the names script cannot.
+func (l *Limiters) namesCall(e *entry, r Request, rt *route) (coalesce.Call[nameAsk, answer], bool) {
+	if e.policy == nil || e.Shards != 1 || e.Mode != limiter.Overall || len(e.Limits.List()) > 0 ||
+		r.MaxWait != 0 || l.cluster {
+		return coalesce.Call[nameAsk, answer]{}, false
+	}
+	script := l.scripts.Names(e.Algo)
+	if script == nil {
+		return coalesce.Call[nameAsk, answer]{}, false
+	}
+	conf := e.confArg(0)
+	return coalesce.Call[nameAsk, answer]{
+		Key:  rt.node.Name() + "\x00names\x00" + conf,
+		Item: nameAsk{keys: rt.keys, ask: limiter.Ask{Permits: r.Permits}},
+		Run:  runNames(rt.node, script, conf),
+	}, true
+}
+
+// runNames decides a batch of asks for names of one policy on one node:
+// each name's asks in arrival order, in one script call.
+func runNames(node *backend.Node, script *redis.Script, conf string) coalesce.RunFunc[nameAsk, answer] {
+	return func(ctx context.Context, items []nameAsk) ([]answer, error) {
+		var names []limiter.NameAsks
+		var at [][]int // per name, the items it holds
+		index := map[string]int{}
+		for i, it := range items {
+			n, ok := index[it.keys[1]]
+			if !ok {
+				n = len(names)
+				index[it.keys[1]] = n
+				names = append(names, limiter.NameAsks{Keys: it.keys})
+				at = append(at, nil)
+			}
+			names[n].Asks = append(names[n].Asks, it.ask)
+			at[n] = append(at[n], i)
+		}
+		keys, args := limiter.NamesArgs(conf, names)
+		v, err := node.Eval(ctx, script, keys, args...)
+		if err != nil {
+			return nil, err
+		}
+		reps, err := limiter.DecodeNames(v, names)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]answer, len(items))
+		for n, rep := range reps {
+			for j, i := range at[n] {
+				out[i] = answer{status: rep.Status}
+				if rep.Status == limiter.StatusOK {
+					out[i].Result = rep.Results[j]
+				}
+			}
+		}
+		return out, nil
+	}
+}

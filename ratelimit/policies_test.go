@@ -1,0 +1,67 @@
+package ratelimit
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/sharding"
+)
+
+// A stored policy reads back as the config written, and the config each
+// script call carries is the shard's share, as sharding.Subs splits it.
+func TestPolicyStoredRoundTrip(t *testing.T) {
+	for _, c := range []limiter.Config{
+		{Algo: limiter.TokenBucket, Rate: 100, Interval: time.Minute, Burst: 150, Shards: 1, Mode: limiter.Overall},
+		{Algo: limiter.SlidingLog, Rate: 10, Interval: time.Second, Burst: 10, Shards: 3, Mode: limiter.PerClient, Shadow: true,
+			Limits: limiter.Limits{{Rate: 1000, Interval: 24 * time.Hour}, {Rate: 50, Interval: time.Minute}}},
+		{Algo: limiter.Concurrency, Rate: 5, Interval: 10 * time.Second, Burst: 5, Shards: 2, Mode: limiter.Overall},
+	} {
+		p, err := parsePolicy("user:*", "e1\n"+policyShape(c)+"\n"+policySpec(c))
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		if p.Config != c || p.Epoch != "e1" || p.prefix() != "user:" {
+			t.Errorf("stored %+v, read back %+v (epoch %q)", c, p.Config, p.Epoch)
+		}
+		for _, sub := range sharding.Subs(c) {
+			want := fmt.Sprintf("=e1 %d %d %d", sub.Rate, c.Interval.Milliseconds(), sub.Burst)
+			for i, l := range c.Limits.List() {
+				sep := ","
+				if i == 0 {
+					sep = " "
+				}
+				want += fmt.Sprintf("%s%d:%d", sep, sub.Limits[i], l.Interval.Milliseconds())
+			}
+			if got := p.arg(sub.Shard); got != want {
+				t.Errorf("shard %d: arg %q, want %q", sub.Shard, got, want)
+			}
+		}
+	}
+	for _, bad := range []string{"", "e1", "e1\nshape", "\nshape\nalgo=token-bucket", "e1\ns\nalgo=x rate=0 interval_ms=1 burst=1 shards=1 mode=OVERALL"} {
+		if _, err := parsePolicy("user:*", bad); err == nil {
+			t.Errorf("stored policy %q accepted", bad)
+		}
+	}
+}
+
+// The longest matching prefix governs a name.
+func TestPolicyMatch(t *testing.T) {
+	var ps []*policy
+	for _, pat := range []string{"*", "user:*", "user:vip:*", "u*"} {
+		ps = append(ps, &policy{pattern: pat})
+	}
+	s := newPolicySet("1", ps)
+	for name, want := range map[string]string{
+		"user:1": "user:*", "user:vip:1": "user:vip:*", "user:vip:": "user:vip:*", "user:vip": "user:*",
+		"us": "u*", "x": "*", "": "*",
+	} {
+		if p := s.match(name); p == nil || p.pattern != want {
+			t.Errorf("match(%q) = %v, want %s", name, p, want)
+		}
+	}
+	if p := newPolicySet("1", ps[1:2]).match("other"); p != nil {
+		t.Errorf("match(other) = %s, want none", p.pattern)
+	}
+}
