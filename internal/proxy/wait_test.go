@@ -165,6 +165,25 @@ func waitWaiting(t testing.TB, c conn, n int) {
 	}
 }
 
+// waitArrived waits until n waiters have arrived at c's proxy: waiting
+// now, or answered already (a short window may grant the first waiter
+// before the last one is sent, so waiting_clients alone may never reach n).
+func waitArrived(t testing.TB, c conn, n int, answered []<-chan timed) {
+	t.Helper()
+	if err := eventually(3*time.Second, func() error {
+		got := waitingClients(t, c)
+		for _, ch := range answered {
+			got += len(ch) // a reply not read yet; a waiter in between is missed until it lands
+		}
+		if got < n {
+			return fmt.Errorf("%d waiters arrived, want %d", got, n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // decisions reads how many RL.ACQUIRE decisions c's proxy has made since
 // it started (INFO granted + denied): a waiter's booking counts as
 // granted, its denial as denied.
@@ -523,7 +542,7 @@ func TestWaitFIFO(t *testing.T) {
 			chans := make([]<-chan timed, len(conns))
 			for i, c := range conns {
 				if i > 0 {
-					waitWaiting(t, h.conn, i) // the one before waits: this one comes after it
+					waitArrived(t, h.conn, i, chans[:i]) // the ones before arrived: this one comes after them
 				}
 				opt := []any{"BLOCK"}
 				if i%2 == 1 {
