@@ -16,21 +16,7 @@ func Limiters(l *ratelimit.Limiters, o Options) []Command {
 		{
 			Name: "RL.SETRATE", Arity: -4, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
 			Summary: "Creates a rate limiter or changes its rate. Returns 1 when the stored config was created or changed, 0 when it was left as it was.",
-			Args: []Arg{key, {Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"},
-				{Name: "limit", Type: "block", Token: "LIMIT", Optional: true, Multiple: true, Args: []Arg{
-					{Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"}}},
-				{Name: "algo", Type: "oneof", Token: "ALGO", Optional: true, Args: algoTokens()},
-				{Name: "burst", Type: "integer", Token: "BURST", Optional: true},
-				{Name: "shards", Type: "string", Token: "SHARDS", Optional: true},
-				{Name: "mode", Type: "oneof", Token: "MODE", Optional: true, Args: []Arg{
-					{Name: "overall", Type: "pure-token", Token: "OVERALL"},
-					{Name: "per_client", Type: "pure-token", Token: "PER_CLIENT"}}},
-				{Name: "ttl", Type: "string", Token: "TTL", Optional: true},
-				{Name: "condition", Type: "oneof", Optional: true, Args: []Arg{
-					{Name: "nx", Type: "pure-token", Token: "NX"},
-					{Name: "keepstate", Type: "pure-token", Token: "KEEPSTATE"}}},
-				{Name: "shadow", Type: "pure-token", Token: "SHADOW", Optional: true},
-			},
+			Args:    append([]Arg{key}, rateArgs(true)...),
 			Handler: h.setRate,
 		},
 		{
@@ -251,4 +237,27 @@ func boolInt(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// rateArgs documents a rule's arguments after its name: RL.SETRATE's,
+// and RL.POLICY SET's (withTTL false: a policy has no TTL).
+func rateArgs(withTTL bool) []Arg {
+	args := []Arg{{Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"},
+		{Name: "limit", Type: "block", Token: "LIMIT", Optional: true, Multiple: true, Args: []Arg{
+			{Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"}}},
+		{Name: "algo", Type: "oneof", Token: "ALGO", Optional: true, Args: algoTokens()},
+		{Name: "burst", Type: "integer", Token: "BURST", Optional: true},
+		{Name: "shards", Type: "string", Token: "SHARDS", Optional: true},
+		{Name: "mode", Type: "oneof", Token: "MODE", Optional: true, Args: []Arg{
+			{Name: "overall", Type: "pure-token", Token: "OVERALL"},
+			{Name: "per_client", Type: "pure-token", Token: "PER_CLIENT"}}},
+	}
+	if withTTL {
+		args = append(args, Arg{Name: "ttl", Type: "string", Token: "TTL", Optional: true})
+	}
+	return append(args,
+		Arg{Name: "condition", Type: "oneof", Optional: true, Args: []Arg{
+			{Name: "nx", Type: "pure-token", Token: "NX"},
+			{Name: "keepstate", Type: "pure-token", Token: "KEEPSTATE"}}},
+		Arg{Name: "shadow", Type: "pure-token", Token: "SHADOW", Optional: true})
 }

@@ -18,20 +18,7 @@ func Policies(l *ratelimit.Limiters, o Options) []Command {
 		Sub: []Command{
 			{Name: "SET", Arity: -5, Flags: []string{"write"},
 				Summary: "Creates or changes a policy (the options of RL.SETRATE but TTL). Returns 1 when it was created or changed, 0 when it was left as it was.",
-				Args: []Arg{pattern, {Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"},
-					{Name: "limit", Type: "block", Token: "LIMIT", Optional: true, Multiple: true, Args: []Arg{
-						{Name: "rate", Type: "integer"}, {Name: "interval", Type: "string"}}},
-					{Name: "algo", Type: "oneof", Token: "ALGO", Optional: true, Args: algoTokens()},
-					{Name: "burst", Type: "integer", Token: "BURST", Optional: true},
-					{Name: "shards", Type: "string", Token: "SHARDS", Optional: true},
-					{Name: "mode", Type: "oneof", Token: "MODE", Optional: true, Args: []Arg{
-						{Name: "overall", Type: "pure-token", Token: "OVERALL"},
-						{Name: "per_client", Type: "pure-token", Token: "PER_CLIENT"}}},
-					{Name: "condition", Type: "oneof", Optional: true, Args: []Arg{
-						{Name: "nx", Type: "pure-token", Token: "NX"},
-						{Name: "keepstate", Type: "pure-token", Token: "KEEPSTATE"}}},
-					{Name: "shadow", Type: "pure-token", Token: "SHADOW", Optional: true},
-				},
+				Args:    append([]Arg{pattern}, rateArgs(false)...),
 				Handler: h.set},
 			{Name: "GET", Arity: 3, Flags: []string{"readonly"}, Summary: "Returns a policy's config as RL.GETRATE does, or nil.",
 				Args: []Arg{pattern}, Handler: h.get},
