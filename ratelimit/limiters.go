@@ -83,6 +83,7 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 		scripts: scripts,
 		closing: make(chan struct{}),
 	}
+	l.sleepers.watch = l.watch
 	l.live.Store(&o)
 	l.batches.MaxGather = maxGather
 	l.names.MaxGather = maxGather
