@@ -32,7 +32,10 @@ import (
 
 // Lookup finds a limiter's config and nodes (ratelimit.Limiters does).
 type Lookup interface {
-	Lookup(ctx context.Context, name, client string, fresh bool) (ratelimit.Placed, error)
+	// WithPlaced runs f with a limiter's config and nodes until f is
+	// done, reloading the config (and repairing shards) as f asks, within
+	// one bound for every call on limiters.
+	WithPlaced(ctx context.Context, name, client string, f func(ratelimit.Placed) (ratelimit.Step, error)) error
 	// Nodes returns the node of each shard of a limiter of that many shards.
 	Nodes(name string, shards int) []*backend.Node
 }
@@ -124,17 +127,6 @@ type sub struct {
 	epoch string
 }
 
-func (s *Service) place(ctx context.Context, name, client string, fresh bool) (ratelimit.Placed, error) {
-	p, err := s.look.Lookup(ctx, name, client, fresh)
-	if err != nil {
-		return p, err
-	}
-	if p.Algo != limiter.Concurrency {
-		return p, &NotConcurrencyError{Name: name, Algo: p.Algo}
-	}
-	return p, nil
-}
-
 func (s *Service) sub(p ratelimit.Placed, name string, shard int) sub {
 	return sub{name: name, shard: shard, node: p.Nodes[shard], epoch: p.ConfArg(shard),
 		keys: s.keys.Script(limiter.Concurrency, name, shard, p.Epoch, p.ClientKey)}
@@ -169,21 +161,19 @@ func (s *Service) call(ctx context.Context, b sub, op limiter.Op, args []any) (l
 	return r, nil
 }
 
-// retry runs f with the limiter's placement, reloading it when a script
-// says it changed (at most three times).
-func (s *Service) retry(ctx context.Context, name, client string, f func(p ratelimit.Placed) error) error {
-	for attempt := 0; ; attempt++ {
-		p, err := s.place(ctx, name, client, attempt > 0)
-		if err != nil {
-			return err
+// withPlaced runs f with the concurrency limiter's placement, again
+// under the config read afresh when a script says it changed (errChanged).
+func (s *Service) withPlaced(ctx context.Context, name, client string, f func(p ratelimit.Placed) error) error {
+	return s.look.WithPlaced(ctx, name, client, func(p ratelimit.Placed) (ratelimit.Step, error) {
+		if p.Algo != limiter.Concurrency {
+			return ratelimit.Done, &NotConcurrencyError{Name: name, Algo: p.Algo}
 		}
-		if err = f(p); !errors.Is(err, errChanged) {
-			return err
+		err := f(p)
+		if errors.Is(err, errChanged) {
+			return ratelimit.Reload, nil
 		}
-		if attempt >= 2 {
-			return fmt.Errorf("limiter '%s' keeps changing; try again", name)
-		}
-	}
+		return ratelimit.Done, err
+	})
 }
 
 // Lease takes r.Permits permits for r.TTL, waiting up to r.MaxWait (or
@@ -199,7 +189,7 @@ func (s *Service) Lease(ctx context.Context, r Request) (Result, error) {
 		return s.wait(ctx, r)
 	}
 	var res Result
-	err := s.retry(ctx, r.Name, r.Client, func(p ratelimit.Placed) error {
+	err := s.withPlaced(ctx, r.Name, r.Client, func(p ratelimit.Placed) error {
 		// Every shard holds an exact share: try them all, from a random one.
 		first := rand.IntN(p.Shards)
 		res = Result{}
@@ -285,17 +275,13 @@ type queued struct {
 	timer      *time.Timer
 }
 
-// place finds the limiter (afresh after a change) and, the first time or
-// when its sub-limiter went away or moved to another node, picks one to
-// queue on and joins its local waiters.
-func (q *queued) place(ctx context.Context, fresh bool) error {
-	p, err := q.svc.place(ctx, q.r.Name, q.r.Client, fresh)
-	if err != nil {
-		return err
-	}
+// place takes the limiter's placement and, the first time or when its
+// sub-limiter went away or moved to another node, picks one to queue on
+// and joins its local waiters.
+func (q *queued) place(p ratelimit.Placed) {
 	q.p = p
 	if q.node != nil && q.shard < p.Shards && p.Nodes[q.shard] == q.node {
-		return nil
+		return
 	}
 	if q.node != nil {
 		q.svc.hub.leave(q.node, q.channel, q.w)
@@ -303,7 +289,6 @@ func (q *queued) place(ctx context.Context, fresh bool) error {
 	q.shard = rand.IntN(p.Shards)
 	q.node, q.channel = p.Nodes[q.shard], q.svc.channel(q.r.Name, q.shard)
 	q.subscribed = q.svc.hub.join(q.node, q.channel, q.w)
-	return nil
 }
 
 func (q *queued) sub() sub { return q.svc.sub(q.p, q.r.Name, q.shard) }
@@ -312,20 +297,13 @@ func (q *queued) sub() sub { return q.svc.sub(q.p, q.r.Name, q.shard) }
 // (rest 0) not queued yet. It places the waiter before each call (from
 // the config cache, or the policy in force: a name a policy governs
 // learns of its policy's change or deletion here, as no script can tell
-// it). When the limiter changed, it leaves the old queue, reloads the
-// limiter and asks again, up to three times.
-func (q *queued) ask(ctx context.Context, rest time.Duration) (limiter.LeaseReply, string, error) {
-	for changes := 0; ; changes++ {
-		if changes > 0 {
-			q.dequeue(ctx)
-			if changes > 3 {
-				return limiter.LeaseReply{}, "", fmt.Errorf("limiter '%s' keeps changing; try again", q.r.Name)
-			}
-		}
-		if err := q.place(ctx, changes > 0); err != nil {
-			return limiter.LeaseReply{}, "", err
-		}
-		b, id, ticket := q.sub(), limiter.NewLeaseID(q.shard, q.r.Permits), q.w.ticket
+// it). When the limiter changed, it leaves the old queue and asks again
+// under the config read afresh (withPlaced).
+func (q *queued) ask(ctx context.Context, rest time.Duration) (rep limiter.LeaseReply, id string, err error) {
+	err = q.svc.withPlaced(ctx, q.r.Name, q.r.Client, func(p ratelimit.Placed) error {
+		q.place(p)
+		b, ticket := q.sub(), q.w.ticket
+		id = limiter.NewLeaseID(q.shard, q.r.Permits)
 		if q.in != nil && q.in.epoch != b.epoch {
 			q.dequeue(ctx) // queued under a config no longer in force
 		}
@@ -333,19 +311,20 @@ func (q *queued) ask(ctx context.Context, rest time.Duration) (limiter.LeaseRepl
 			ticket = ""
 		}
 		refresh := q.svc.opts.Refresh
-		rep, err := q.svc.call(ctx, b, limiter.OpLease, limiter.LeaseArgs(b.epoch, q.r.Permits, q.r.TTL, id, ticket, min(rest, refresh)+2*refresh))
-		if errors.Is(err, errChanged) {
-			continue
-		}
+		var err error
+		rep, err = q.svc.call(ctx, b, limiter.OpLease, limiter.LeaseArgs(b.epoch, q.r.Permits, q.r.TTL, id, ticket, min(rest, refresh)+2*refresh))
 		switch {
+		case errors.Is(err, errChanged):
+			q.dequeue(ctx)
 		case err != nil:
 		case rep.Granted == 1:
 			q.in = nil // the grant took the ticket out of the queue
 		case ticket != "":
 			q.in = &b
 		}
-		return rep, id, err
-	}
+		return err
+	})
+	return rep, id, err
 }
 
 // take answers a grant, or gives the lease back to a client gone by now.
@@ -430,7 +409,7 @@ func (s *Service) Renew(ctx context.Context, name, client, id string, ttl time.D
 func (s *Service) onLease(ctx context.Context, name, client, id string, op limiter.Op, args func(epoch string) []any) (bool, error) {
 	shard, ok := limiter.LeaseShard(id)
 	held := false
-	err := s.retry(ctx, name, client, func(p ratelimit.Placed) error {
+	err := s.withPlaced(ctx, name, client, func(p ratelimit.Placed) error {
 		if !ok || shard >= p.Shards {
 			return nil // not a lease of this limiter
 		}

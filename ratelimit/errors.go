@@ -1,9 +1,6 @@
 package ratelimit
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // NoLimiterError: the named limiter does not exist (or expired).
 type NoLimiterError struct{ Name string }
@@ -39,22 +36,4 @@ type ErrTooManyWaiters struct{ Max int }
 
 func (e ErrTooManyWaiters) Error() string {
 	return fmt.Sprintf("too many waiting clients (max_waiters is %d); try again later", e.Max)
-}
-
-// errConfigChanged asks the caller to reload the config and try again.
-var errConfigChanged = errors.New("limiter config changed")
-
-// missingShard: a sub-limiter other than shard 0 has no config although
-// the limiter exists — its TTL ran out while other shards were used, or
-// its node restarted empty — or (stale) another epoch than the caller's.
-type missingShard struct {
-	shard int
-	stale bool
-}
-
-func (e *missingShard) Error() string {
-	if e.stale {
-		return errConfigChanged.Error()
-	}
-	return fmt.Sprintf("sub-limiter %d has no config", e.shard)
 }

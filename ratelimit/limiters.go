@@ -184,59 +184,39 @@ func (l *Limiters) GetRate(ctx context.Context, name string) (*Rule, error) {
 // error (giving them again would release them twice).
 func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, permits func(shard int, st *entry) []int64) (int64, error) {
 	var total int64
-	var done *entry // the config shards below from were asked under
-	from := 0
-	for attempt := 0; ; attempt++ {
-		st, err := l.config(ctx, r.Name, attempt > 0)
-		if err != nil {
-			return 0, err
+	var asked *entry // the config the shards below next were asked under
+	next := 0
+	err := l.withConfig(ctx, r.Name, func(e *entry) (Step, error) {
+		if e.Algo == limiter.Concurrency && op == limiter.OpRelease {
+			return Done, limiter.ErrLeaseOnly{Name: r.Name}
 		}
-		script := st.script
-		if st.Algo == limiter.Concurrency && op == limiter.OpRelease {
-			return 0, limiter.ErrLeaseOnly{Name: r.Name}
-		}
-		if from > 0 && (st.Epoch != done.Epoch || st.Shards != done.Shards) {
+		if next > 0 && (e.Epoch != asked.Epoch || e.Shards != asked.Shards) {
 			if op == limiter.OpRelease {
-				return 0, fmt.Errorf("limiter '%s' changed during RL.RELEASE; try again", r.Name)
+				return Done, fmt.Errorf("limiter '%s' changed during RL.RELEASE; try again", r.Name)
 			}
-			total, from = 0, 0
+			total, next = 0, 0
 		}
-		changed := false
-		stale := -1 // a follower shard that did not serve shard 0's config
-		for shard := from; shard < st.Shards && !changed; shard++ {
-			keys := l.keysOf(st, shard, clientKey(&st.Stored, r.Client))
-			v, err := st.node(shard).Eval(ctx, script, keys, limiter.Args(op, st.confArg(shard), permits(shard, st)...)...)
+		for ; next < e.Shards; next++ {
+			keys := l.keysOf(e, next, clientKey(&e.Stored, r.Client))
+			v, err := e.node(next).Eval(ctx, e.script, keys, limiter.Args(op, e.confArg(next), permits(next, e)...)...)
 			if err != nil {
-				return 0, err
+				return Done, err
 			}
 			rep, err := limiter.DecodeReply(v, op, nil)
-			if err != nil {
-				return 0, err
+			switch {
+			case err != nil:
+				return Done, err
+			case rep.Status != limiter.StatusOK && next == 0:
+				return Reload, nil
+			case rep.Status != limiter.StatusOK:
+				return Repair(next), nil
 			}
-			changed = rep.Status != limiter.StatusOK
-			if changed && shard > 0 && (rep.Status == limiter.StatusNoLimiter || attempt > 0) {
-				stale = shard
-			}
-			if !changed {
-				total += rep.Count
-				from, done = shard+1, st
-			}
+			total += rep.Count
+			asked = e
 		}
-		if !changed {
-			return total, nil
-		}
-		l.forget(r.Name)
-		if stale > 0 {
-			// Shard 0's config, read afresh, is not on this follower: a
-			// writer stopped part way, or its TTL ran out. Repair it.
-			if err := l.repair(ctx, r.Name, stale); err != nil {
-				return 0, err
-			}
-		}
-		if attempt >= maxAttempts {
-			return 0, fmt.Errorf("limiter '%s' keeps changing; try again", r.Name)
-		}
-	}
+		return Done, nil
+	})
+	return total, err
 }
 
 // Available returns the permits r.Client could acquire now, summed over shards.
