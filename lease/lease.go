@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,9 +57,7 @@ type Service struct {
 	script  *redis.Script
 	opts    Options
 	hub     *hub
-	waiters atomic.Int64
-	// maxWaiters is Options.MaxWaiters, changed live by SetMaxWaiters.
-	maxWaiters atomic.Int64
+	waiters ratelimit.Waiters // bounded by Options.MaxWaiters, changed live by SetMaxWaiters
 }
 
 // New returns a Service over the limiters lookup finds.
@@ -69,13 +66,13 @@ func New(lookup Lookup, scripts *limiter.Scripts, o Options) *Service {
 		o.Refresh = time.Second
 	}
 	s := &Service{look: lookup, keys: limiter.Keys{Prefix: o.KeyPrefix}, script: scripts.Limiter(limiter.Concurrency), opts: o, hub: newHub()}
-	s.maxWaiters.Store(int64(o.MaxWaiters))
+	s.waiters.SetMax(o.MaxWaiters)
 	return s
 }
 
 // SetMaxWaiters changes the bound on waiting clients, live (a config
 // reload).
-func (s *Service) SetMaxWaiters(n int) { s.maxWaiters.Store(int64(n)) }
+func (s *Service) SetMaxWaiters(n int) { s.waiters.SetMax(n) }
 
 // Close drops the Pub/Sub connections.
 func (s *Service) Close() { s.hub.close() }
@@ -228,11 +225,10 @@ func overLimit(p ratelimit.Placed, r Request) error {
 // expires (first local waiter only), to keep its ticket, and once more at
 // its deadline.
 func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
-	if n, most := s.waiters.Add(1), s.maxWaiters.Load(); most > 0 && n > most {
-		s.waiters.Add(-1)
-		return Result{}, ratelimit.ErrTooManyWaiters{Max: int(most)}
+	if err := s.waiters.Enter(); err != nil {
+		return Result{}, err
 	}
-	defer s.waiters.Add(-1)
+	defer s.waiters.Leave()
 	q := &queued{svc: s, r: r, w: &waiter{ticket: limiter.NewTicket(), wake: make(chan struct{}, 1)}}
 	if !r.Block {
 		q.deadline = time.Now().Add(r.MaxWait)
@@ -434,6 +430,6 @@ func (s *Service) Changed(ctx context.Context, name string, shards int) {
 
 // Info returns the INFO lines of leases.
 // Waiting is the number of clients waiting in RL.LEASE now.
-func (s *Service) Waiting() int64 { return s.waiters.Load() }
+func (s *Service) Waiting() int64 { return s.waiters.Len() }
 
 func usToMs(us int64) int64 { return (us + 999) / 1000 }

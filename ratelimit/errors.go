@@ -31,9 +31,3 @@ func (e *KeepLeasesError) Error() string {
 	return fmt.Sprintf("KEEPSTATE cannot carry the leases held on '%s' over a change of SHARDS or MODE: set it without KEEPSTATE (the leases held are forgotten) or keep SHARDS and MODE", e.Name)
 }
 
-// ErrTooManyWaiters: max_waiters clients are already waiting.
-type ErrTooManyWaiters struct{ Max int }
-
-func (e ErrTooManyWaiters) Error() string {
-	return fmt.Sprintf("too many waiting clients (max_waiters is %d); try again later", e.Max)
-}

@@ -57,7 +57,7 @@ type Limiters struct {
 	denials  denyCache
 	queues   queues
 	sleepers sleepers // waiters asleep, per limiter (Wake)
-	waiters  atomic.Int64
+	waiters  Waiters // RL.ACQUIRE's (MaxWaiters)
 	stats    counters
 
 	closing   chan struct{} // closed by Close: the watches of follow end
@@ -85,6 +85,7 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 	}
 	l.sleepers.watch = l.watch
 	l.live.Store(&o)
+	l.waiters.SetMax(o.MaxWaiters)
 	l.batches.MaxGather = maxGather
 	l.names.MaxGather = maxGather
 	l.denials.max = o.DenyCacheSize
@@ -120,7 +121,7 @@ func (l *Limiters) Stats() Stats {
 		Errors:           l.stats.Errors.Load(),
 		DeniedFromCache:  l.stats.DeniedFromCache.Load(),
 		ShadowDenied:     l.stats.ShadowDenied.Load(),
-		WaitingClients:   l.waiters.Load(),
+		WaitingClients:   l.waiters.Len(),
 		DenyCacheEntries: int64(l.denials.len()),
 	}
 }

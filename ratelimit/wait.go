@@ -38,11 +38,10 @@ const blockWait = limiter.MaxInterval
 // AcquireWait asks for permits, waiting up to timeout (or forever when
 // timeout is 0) for them. ctx ends when the client disconnects.
 func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Duration) (limiter.Result, error) {
-	if n := l.waiters.Add(1); l.opt().MaxWaiters > 0 && n > int64(l.opt().MaxWaiters) {
-		l.waiters.Add(-1)
-		return limiter.Result{}, ErrTooManyWaiters{Max: l.opt().MaxWaiters}
+	if err := l.waiters.Enter(); err != nil {
+		return limiter.Result{}, err
 	}
-	defer l.waiters.Add(-1)
+	defer l.waiters.Leave()
 	deadline := time.Time{}
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
