@@ -30,4 +30,3 @@ type KeepLeasesError struct{ Name string }
 func (e *KeepLeasesError) Error() string {
 	return fmt.Sprintf("KEEPSTATE cannot carry the leases held on '%s' over a change of SHARDS or MODE: set it without KEEPSTATE (the leases held are forgotten) or keep SHARDS and MODE", e.Name)
 }
-

@@ -57,7 +57,7 @@ type Limiters struct {
 	denials  denyCache
 	queues   queues
 	sleepers sleepers // waiters asleep, per limiter (Wake)
-	waiters  Waiters // RL.ACQUIRE's (MaxWaiters)
+	waiters  Waiters  // RL.ACQUIRE's (MaxWaiters)
 	stats    counters
 
 	closing   chan struct{} // closed by Close: the watches of follow end
