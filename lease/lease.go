@@ -37,6 +37,9 @@ type Lookup interface {
 	WithPlaced(ctx context.Context, name, client string, f func(ratelimit.Placed) (ratelimit.Step, error)) error
 	// Nodes returns the node of each shard of a limiter of that many shards.
 	Nodes(name string, shards int) []*backend.Node
+	// OnChange has f told of every limiter replaced or deleted through
+	// this proxy.
+	OnChange(f func(context.Context, ratelimit.Change))
 }
 
 // Options configure a Service.
@@ -67,6 +70,7 @@ func New(lookup Lookup, scripts *limiter.Scripts, o Options) *Service {
 	}
 	s := &Service{look: lookup, keys: limiter.Keys{Prefix: o.KeyPrefix}, script: scripts.Limiter(limiter.Concurrency), opts: o, hub: newHub()}
 	s.waiters.SetMax(o.MaxWaiters)
+	lookup.OnChange(s.changed)
 	return s
 }
 
@@ -417,12 +421,12 @@ func (s *Service) onLease(ctx context.Context, name, client, id string, op limit
 	return held, err
 }
 
-// Changed wakes every waiter on a limiter, in every proxy: its config or
+// changed wakes every waiter on a limiter, in every proxy: its config or
 // state was replaced (RL.SETRATE, RL.RESET, RL.DEL), so they are decided
-// again at once. shards is the limiter's shard count.
-func (s *Service) Changed(ctx context.Context, name string, shards int) {
-	for shard, n := range s.look.Nodes(name, max(1, shards)) {
-		ch := s.channel(name, shard)
+// again at once.
+func (s *Service) changed(ctx context.Context, c ratelimit.Change) {
+	for shard, n := range s.look.Nodes(c.Name, max(1, c.Shards)) {
+		ch := s.channel(c.Name, shard)
 		s.hub.wakeAll(n, ch)        // this proxy's at once
 		_ = n.Publish(ctx, ch, "*") // the others' (a lost message costs promptness only)
 	}

@@ -57,6 +57,7 @@ type Limiters struct {
 	denials  denyCache
 	queues   queues
 	sleepers sleepers // waiters asleep, per limiter (Wake)
+	changes  changes  // told of changes (OnChange)
 	waiters  Waiters  // RL.ACQUIRE's (MaxWaiters)
 	stats    counters
 
@@ -250,7 +251,7 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 	if st.policy != nil {
 		// A policy's name has no epoch of its own: its state goes.
 		_, err := l.delState(ctx, st)
-		l.Wake(name)
+		l.changed(ctx, Change{Name: name, Shards: st.Shards})
 		return err == nil, err
 	}
 	epoch := newEpoch()
@@ -265,7 +266,7 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 			return false, err
 		}
 	}
-	l.Wake(name)
+	l.changed(ctx, Change{Name: name, Shards: st.Shards})
 	return true, nil
 }
 
@@ -279,7 +280,7 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 	l.forget(name)
 	if st.policy != nil {
 		n, err := l.delState(ctx, st)
-		l.Wake(name)
+		l.changed(ctx, Change{Name: name, Shards: st.Shards})
 		return n > 0, err
 	}
 	// Shard 0 last: while it exists the limiter exists, so a failure part
@@ -289,7 +290,7 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 			return false, err
 		}
 	}
-	l.Wake(name)
+	l.changed(ctx, Change{Name: name, Shards: st.Shards})
 	return true, nil
 }
 

@@ -75,7 +75,8 @@ func (l *Limiters) SetRate(ctx context.Context, name string, c limiter.Config, o
 		}
 	}
 	if lead.Changed {
-		l.Wake(name)
+		// Waiters may be on shards the new count dropped.
+		l.changed(ctx, Change{Name: name, Shards: max(c.Shards, lead.OldShards)})
 	}
 	return lead.Changed, nil
 }
