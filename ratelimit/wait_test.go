@@ -33,3 +33,24 @@ func TestWakeBetweenAskAndSleep(t *testing.T) {
 		t.Errorf("after stop: %d registered, %d watches started; want 0 and 1", len(s.m["a"]), len(watched))
 	}
 }
+
+// At most max waiters are let in; one leaving lets the next in; 0 is no
+// bound.
+func TestWaitersBound(t *testing.T) {
+	var w Waiters
+	w.SetMax(2)
+	if w.Enter() != nil || w.Enter() != nil {
+		t.Fatal("a waiter within the bound was refused")
+	}
+	if err := w.Enter(); !errors.As(err, new(ErrTooManyWaiters)) {
+		t.Fatalf("third waiter with max 2: %v, want ErrTooManyWaiters", err)
+	}
+	w.Leave()
+	if err := w.Enter(); err != nil || w.Len() != 2 {
+		t.Fatalf("after one left: %v, %d waiting; want let in, 2", err, w.Len())
+	}
+	w.SetMax(0)
+	if err := w.Enter(); err != nil {
+		t.Fatalf("no bound: %v", err)
+	}
+}
