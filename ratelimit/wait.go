@@ -292,7 +292,6 @@ type sleepers struct {
 // the watch when nobody watches the limiter yet.
 func (s *sleepers) add(name string) chan struct{} {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.m == nil {
 		s.m = map[string]map[chan struct{}]struct{}{}
 		s.watched = map[string]bool{}
@@ -302,9 +301,11 @@ func (s *sleepers) add(name string) chan struct{} {
 	}
 	w := make(chan struct{})
 	s.m[name][w] = struct{}{}
-	if !s.watched[name] {
-		s.watched[name] = true
-		s.watch(name)
+	first := !s.watched[name]
+	s.watched[name] = true
+	s.mu.Unlock()
+	if first {
+		s.watch(name) // not under mu: it reads the config cache
 	}
 	return w
 }
