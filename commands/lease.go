@@ -125,22 +125,3 @@ func Leases(s *lease.Service) []Command {
 		},
 	}
 }
-
-// shards is the shard count of a limiter before a change (for changed;
-// nothing is read when no one listens).
-func (h *handlers) shards(ctx context.Context, name string) int {
-	if h.o.Changed == nil {
-		return 0
-	}
-	if cfg, err := h.l.GetRate(ctx, name); err == nil && cfg != nil {
-		return cfg.Shards
-	}
-	return 0
-}
-
-// changed tells Options.Changed of a limiter replaced or deleted.
-func (h *handlers) changed(ctx context.Context, name string, shards int) {
-	if h.o.Changed != nil && shards > 0 {
-		h.o.Changed(ctx, name, shards)
-	}
-}

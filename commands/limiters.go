@@ -80,9 +80,6 @@ func (h *handlers) setRate(ctx context.Context, _ Caller, args []string) (any, e
 		return nil, err
 	}
 	changed, err := h.l.SetRate(ctx, r.Name, r.Config, r.SetRateOptions)
-	if changed {
-		h.changed(ctx, r.Name, r.Config.Shards)
-	}
 	return boolInt(changed), err
 }
 
@@ -215,20 +212,12 @@ func (h *handlers) release(ctx context.Context, c Caller, args []string) (any, e
 }
 
 func (h *handlers) reset(ctx context.Context, _ Caller, args []string) (any, error) {
-	shards := h.shards(ctx, args[1])
 	ok, err := h.l.Reset(ctx, args[1])
-	if ok {
-		h.changed(ctx, args[1], shards)
-	}
 	return boolInt(ok), err
 }
 
 func (h *handlers) del(ctx context.Context, _ Caller, args []string) (any, error) {
-	shards := h.shards(ctx, args[1])
 	ok, err := h.l.Del(ctx, args[1])
-	if ok {
-		h.changed(ctx, args[1], shards)
-	}
 	return boolInt(ok), err
 }
 

@@ -1,7 +1,6 @@
 package commands
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -19,10 +18,6 @@ type Options struct {
 	MaxAutoShards int   // cap for SHARDS AUTO
 	// MaxShards is the largest SHARDS accepted (limiter.MaxShards when 0).
 	MaxShards int
-	// Changed, when set, is told of a limiter whose config or state was
-	// replaced (RL.SETRATE that changed it, RL.RESET, RL.DEL) and how many
-	// shards it had: the lease service wakes its waiters.
-	Changed func(ctx context.Context, name string, shards int)
 }
 
 // maxTTL bounds the TTL option (about ten years).

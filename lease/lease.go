@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,9 +31,15 @@ import (
 
 // Lookup finds a limiter's config and nodes (ratelimit.Limiters does).
 type Lookup interface {
-	Lookup(ctx context.Context, name, client string, fresh bool) (ratelimit.Placed, error)
+	// WithPlaced runs f with a limiter's config and nodes until f is
+	// done, reloading the config (and repairing shards) as f asks, within
+	// one bound for every call on limiters.
+	WithPlaced(ctx context.Context, name, client string, f func(ratelimit.Placed) (ratelimit.Step, error)) error
 	// Nodes returns the node of each shard of a limiter of that many shards.
 	Nodes(name string, shards int) []*backend.Node
+	// OnChange has f told of every limiter replaced or deleted through
+	// this proxy.
+	OnChange(f func(context.Context, ratelimit.Change))
 }
 
 // Options configure a Service.
@@ -55,9 +60,7 @@ type Service struct {
 	script  *redis.Script
 	opts    Options
 	hub     *hub
-	waiters atomic.Int64
-	// maxWaiters is Options.MaxWaiters, changed live by SetMaxWaiters.
-	maxWaiters atomic.Int64
+	waiters ratelimit.Waiters // bounded by Options.MaxWaiters, changed live by SetMaxWaiters
 }
 
 // New returns a Service over the limiters lookup finds.
@@ -66,13 +69,14 @@ func New(lookup Lookup, scripts *limiter.Scripts, o Options) *Service {
 		o.Refresh = time.Second
 	}
 	s := &Service{look: lookup, keys: limiter.Keys{Prefix: o.KeyPrefix}, script: scripts.Limiter(limiter.Concurrency), opts: o, hub: newHub()}
-	s.maxWaiters.Store(int64(o.MaxWaiters))
+	s.waiters.SetMax(o.MaxWaiters)
+	lookup.OnChange(s.changed)
 	return s
 }
 
 // SetMaxWaiters changes the bound on waiting clients, live (a config
 // reload).
-func (s *Service) SetMaxWaiters(n int) { s.maxWaiters.Store(int64(n)) }
+func (s *Service) SetMaxWaiters(n int) { s.waiters.SetMax(n) }
 
 // Close drops the Pub/Sub connections.
 func (s *Service) Close() { s.hub.close() }
@@ -124,17 +128,6 @@ type sub struct {
 	epoch string
 }
 
-func (s *Service) place(ctx context.Context, name, client string, fresh bool) (ratelimit.Placed, error) {
-	p, err := s.look.Lookup(ctx, name, client, fresh)
-	if err != nil {
-		return p, err
-	}
-	if p.Algo != limiter.Concurrency {
-		return p, &NotConcurrencyError{Name: name, Algo: p.Algo}
-	}
-	return p, nil
-}
-
 func (s *Service) sub(p ratelimit.Placed, name string, shard int) sub {
 	return sub{name: name, shard: shard, node: p.Nodes[shard], epoch: p.ConfArg(shard),
 		keys: s.keys.Script(limiter.Concurrency, name, shard, p.Epoch, p.ClientKey)}
@@ -169,21 +162,19 @@ func (s *Service) call(ctx context.Context, b sub, op limiter.Op, args []any) (l
 	return r, nil
 }
 
-// retry runs f with the limiter's placement, reloading it when a script
-// says it changed (at most three times).
-func (s *Service) retry(ctx context.Context, name, client string, f func(p ratelimit.Placed) error) error {
-	for attempt := 0; ; attempt++ {
-		p, err := s.place(ctx, name, client, attempt > 0)
-		if err != nil {
-			return err
+// withPlaced runs f with the concurrency limiter's placement, again
+// under the config read afresh when a script says it changed (errChanged).
+func (s *Service) withPlaced(ctx context.Context, name, client string, f func(p ratelimit.Placed) error) error {
+	return s.look.WithPlaced(ctx, name, client, func(p ratelimit.Placed) (ratelimit.Step, error) {
+		if p.Algo != limiter.Concurrency {
+			return ratelimit.Done, &NotConcurrencyError{Name: name, Algo: p.Algo}
 		}
-		if err = f(p); !errors.Is(err, errChanged) {
-			return err
+		err := f(p)
+		if errors.Is(err, errChanged) {
+			return ratelimit.Reload, nil
 		}
-		if attempt >= 2 {
-			return fmt.Errorf("limiter '%s' keeps changing; try again", name)
-		}
-	}
+		return ratelimit.Done, err
+	})
 }
 
 // Lease takes r.Permits permits for r.TTL, waiting up to r.MaxWait (or
@@ -199,7 +190,7 @@ func (s *Service) Lease(ctx context.Context, r Request) (Result, error) {
 		return s.wait(ctx, r)
 	}
 	var res Result
-	err := s.retry(ctx, r.Name, r.Client, func(p ratelimit.Placed) error {
+	err := s.withPlaced(ctx, r.Name, r.Client, func(p ratelimit.Placed) error {
 		// Every shard holds an exact share: try them all, from a random one.
 		first := rand.IntN(p.Shards)
 		res = Result{}
@@ -238,11 +229,10 @@ func overLimit(p ratelimit.Placed, r Request) error {
 // expires (first local waiter only), to keep its ticket, and once more at
 // its deadline.
 func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
-	if n, most := s.waiters.Add(1), s.maxWaiters.Load(); most > 0 && n > most {
-		s.waiters.Add(-1)
-		return Result{}, ratelimit.ErrTooManyWaiters{Max: int(most)}
+	if err := s.waiters.Enter(); err != nil {
+		return Result{}, err
 	}
-	defer s.waiters.Add(-1)
+	defer s.waiters.Leave()
 	q := &queued{svc: s, r: r, w: &waiter{ticket: limiter.NewTicket(), wake: make(chan struct{}, 1)}}
 	if !r.Block {
 		q.deadline = time.Now().Add(r.MaxWait)
@@ -285,17 +275,13 @@ type queued struct {
 	timer      *time.Timer
 }
 
-// place finds the limiter (afresh after a change) and, the first time or
-// when its sub-limiter went away or moved to another node, picks one to
-// queue on and joins its local waiters.
-func (q *queued) place(ctx context.Context, fresh bool) error {
-	p, err := q.svc.place(ctx, q.r.Name, q.r.Client, fresh)
-	if err != nil {
-		return err
-	}
+// place takes the limiter's placement and, the first time or when its
+// sub-limiter went away or moved to another node, picks one to queue on
+// and joins its local waiters.
+func (q *queued) place(p ratelimit.Placed) {
 	q.p = p
 	if q.node != nil && q.shard < p.Shards && p.Nodes[q.shard] == q.node {
-		return nil
+		return
 	}
 	if q.node != nil {
 		q.svc.hub.leave(q.node, q.channel, q.w)
@@ -303,7 +289,6 @@ func (q *queued) place(ctx context.Context, fresh bool) error {
 	q.shard = rand.IntN(p.Shards)
 	q.node, q.channel = p.Nodes[q.shard], q.svc.channel(q.r.Name, q.shard)
 	q.subscribed = q.svc.hub.join(q.node, q.channel, q.w)
-	return nil
 }
 
 func (q *queued) sub() sub { return q.svc.sub(q.p, q.r.Name, q.shard) }
@@ -312,20 +297,13 @@ func (q *queued) sub() sub { return q.svc.sub(q.p, q.r.Name, q.shard) }
 // (rest 0) not queued yet. It places the waiter before each call (from
 // the config cache, or the policy in force: a name a policy governs
 // learns of its policy's change or deletion here, as no script can tell
-// it). When the limiter changed, it leaves the old queue, reloads the
-// limiter and asks again, up to three times.
-func (q *queued) ask(ctx context.Context, rest time.Duration) (limiter.LeaseReply, string, error) {
-	for changes := 0; ; changes++ {
-		if changes > 0 {
-			q.dequeue(ctx)
-			if changes > 3 {
-				return limiter.LeaseReply{}, "", fmt.Errorf("limiter '%s' keeps changing; try again", q.r.Name)
-			}
-		}
-		if err := q.place(ctx, changes > 0); err != nil {
-			return limiter.LeaseReply{}, "", err
-		}
-		b, id, ticket := q.sub(), limiter.NewLeaseID(q.shard, q.r.Permits), q.w.ticket
+// it). When the limiter changed, it leaves the old queue and asks again
+// under the config read afresh (withPlaced).
+func (q *queued) ask(ctx context.Context, rest time.Duration) (rep limiter.LeaseReply, id string, err error) {
+	err = q.svc.withPlaced(ctx, q.r.Name, q.r.Client, func(p ratelimit.Placed) error {
+		q.place(p)
+		b, ticket := q.sub(), q.w.ticket
+		id = limiter.NewLeaseID(q.shard, q.r.Permits)
 		if q.in != nil && q.in.epoch != b.epoch {
 			q.dequeue(ctx) // queued under a config no longer in force
 		}
@@ -333,19 +311,20 @@ func (q *queued) ask(ctx context.Context, rest time.Duration) (limiter.LeaseRepl
 			ticket = ""
 		}
 		refresh := q.svc.opts.Refresh
-		rep, err := q.svc.call(ctx, b, limiter.OpLease, limiter.LeaseArgs(b.epoch, q.r.Permits, q.r.TTL, id, ticket, min(rest, refresh)+2*refresh))
-		if errors.Is(err, errChanged) {
-			continue
-		}
+		var err error
+		rep, err = q.svc.call(ctx, b, limiter.OpLease, limiter.LeaseArgs(b.epoch, q.r.Permits, q.r.TTL, id, ticket, min(rest, refresh)+2*refresh))
 		switch {
+		case errors.Is(err, errChanged):
+			q.dequeue(ctx)
 		case err != nil:
 		case rep.Granted == 1:
 			q.in = nil // the grant took the ticket out of the queue
 		case ticket != "":
 			q.in = &b
 		}
-		return rep, id, err
-	}
+		return err
+	})
+	return rep, id, err
 }
 
 // take answers a grant, or gives the lease back to a client gone by now.
@@ -430,7 +409,7 @@ func (s *Service) Renew(ctx context.Context, name, client, id string, ttl time.D
 func (s *Service) onLease(ctx context.Context, name, client, id string, op limiter.Op, args func(epoch string) []any) (bool, error) {
 	shard, ok := limiter.LeaseShard(id)
 	held := false
-	err := s.retry(ctx, name, client, func(p ratelimit.Placed) error {
+	err := s.withPlaced(ctx, name, client, func(p ratelimit.Placed) error {
 		if !ok || shard >= p.Shards {
 			return nil // not a lease of this limiter
 		}
@@ -442,12 +421,12 @@ func (s *Service) onLease(ctx context.Context, name, client, id string, op limit
 	return held, err
 }
 
-// Changed wakes every waiter on a limiter, in every proxy: its config or
+// changed wakes every waiter on a limiter, in every proxy: its config or
 // state was replaced (RL.SETRATE, RL.RESET, RL.DEL), so they are decided
-// again at once. shards is the limiter's shard count.
-func (s *Service) Changed(ctx context.Context, name string, shards int) {
-	for shard, n := range s.look.Nodes(name, max(1, shards)) {
-		ch := s.channel(name, shard)
+// again at once.
+func (s *Service) changed(ctx context.Context, c ratelimit.Change) {
+	for shard, n := range s.look.Nodes(c.Name, max(1, c.Shards)) {
+		ch := s.channel(c.Name, shard)
 		s.hub.wakeAll(n, ch)        // this proxy's at once
 		_ = n.Publish(ctx, ch, "*") // the others' (a lost message costs promptness only)
 	}
@@ -455,6 +434,6 @@ func (s *Service) Changed(ctx context.Context, name string, shards int) {
 
 // Info returns the INFO lines of leases.
 // Waiting is the number of clients waiting in RL.LEASE now.
-func (s *Service) Waiting() int64 { return s.waiters.Load() }
+func (s *Service) Waiting() int64 { return s.waiters.Len() }
 
 func usToMs(us int64) int64 { return (us + 999) / 1000 }

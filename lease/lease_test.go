@@ -117,7 +117,7 @@ func TestWaiterLeavesQueue(t *testing.T) {
 	if got, err := r.svc.Lease(t.Context(), Request{Name: "db"}); err != nil || !got.Granted {
 		t.Fatalf("after the waiter left: %+v %v, want granted", got, err)
 	}
-	if n := r.svc.waiters.Load(); n != 0 {
+	if n := r.svc.Waiting(); n != 0 {
 		t.Fatalf("%d waiters counted after all left", n)
 	}
 }
@@ -133,7 +133,7 @@ func TestMaxWaiters(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() { _, _ = r.svc.Lease(ctx, Request{Name: "db", Block: true}) }()
-	for r.svc.waiters.Load() == 0 {
+	for r.svc.Waiting() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	_, err := r.svc.Lease(t.Context(), Request{Name: "db", MaxWait: time.Second})

@@ -267,47 +267,39 @@ func (l *Limiters) onBackendError(err error) (limiter.Result, error) {
 }
 
 // acquire is the full path of one request: config (reloaded when it
-// changed), capacity, shards in probe order, repairs. It returns the
-// config that decided (final applies its SHADOW), nil when none did.
+// changed), capacity, shards in probe order, repairs (withConfig). It
+// returns the config that decided (final applies its SHADOW), nil when
+// none did.
 func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (res limiter.Result, shard int, decided *entry, err error) {
-	for attempt := 0; ; attempt++ {
-		e, err := l.config(ctx, r.Name, attempt > 0)
-		if err != nil {
-			return limiter.Result{}, 0, nil, err
-		}
+	cached := true // the first config may come from the cache
+	err = l.withConfig(ctx, r.Name, func(e *entry) (Step, error) {
+		first := cached
+		cached = false
 		if e.Algo == limiter.Concurrency {
-			return limiter.Result{}, 0, nil, limiter.ErrLeaseOnly{Name: r.Name}
+			return Done, limiter.ErrLeaseOnly{Name: r.Name}
 		}
 		if c := e.Capacity(); r.Permits > c {
-			if attempt == 0 {
-				continue // the cached config may be old: check the current one
+			if first {
+				return Reload, nil // the cached config may be old: check the current one
 			}
-			return limiter.Result{}, 0, nil, &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: c}
+			return Done, &OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: c}
 		}
 		l.keepAlive(ctx, r.Name, e)
 		if from != nil && from.e != e {
 			from = nil // made under another config: probe afresh
 		}
-		res, shard, err := l.acquireShards(ctx, e, r, from)
-		from = nil
-		var missing *missingShard
-		if errors.As(err, &missing) && (!missing.stale || attempt > 0) && attempt < maxAttempts {
-			// A follower without shard 0's config (for a stale one: even
-			// after a reload). Repair it from shard 0 (see repair).
-			err = l.repair(ctx, r.Name, missing.shard)
-		}
-		if (err == nil && missing != nil) || ((errors.Is(err, errConfigChanged) || missing != nil) && attempt < maxAttempts) {
-			l.forget(r.Name)
-			continue
-		}
-		return res, shard, e, err
-	}
+		var step Step
+		res, shard, step, err = l.acquireShards(ctx, e, r, from)
+		from, decided = nil, e
+		return step, err
+	})
+	return res, shard, decided, err
 }
 
 // acquireShards tries e's shards in probe order until one grants: from a
 // random start, or on from a denied first try (from), so a request costs
 // at most 1 + MaxProbes script calls either way.
-func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from *tried) (limiter.Result, int, error) {
+func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from *tried) (limiter.Result, int, Step, error) {
 	var denied sharding.Merged
 	var lastErr error
 	var order []int
@@ -340,34 +332,30 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 				}
 				continue
 			}
-			return limiter.Result{}, 0, err
+			return limiter.Result{}, 0, Done, err
 		}
 		switch decide(a) {
-		case missing:
-			if shard == 0 {
-				// Gone (RL.DEL), or expired: the reload says whether a
-				// policy governs the name now.
-				l.forget(r.Name)
-				return limiter.Result{}, 0, errConfigChanged
+		case missing, reload:
+			// Shard 0 missing: gone (RL.DEL), or expired; the reload says
+			// whether a policy governs the name now. A follower missing
+			// the config or serving another epoch: its TTL ran out, its
+			// node restarted empty, or a writer stopped part way.
+			if shard > 0 && (a.status == limiter.StatusNoLimiter || a.status == limiter.StatusEpochChange) {
+				return limiter.Result{}, 0, Repair(shard), nil
 			}
-			return limiter.Result{}, 0, &missingShard{shard: shard}
-		case reload:
-			if shard > 0 && a.status == limiter.StatusEpochChange {
-				return limiter.Result{}, 0, &missingShard{shard: shard, stale: true}
-			}
-			return limiter.Result{}, 0, errConfigChanged
+			return limiter.Result{}, 0, Reload, nil
 		case grant:
-			return a.Result, shard, nil
+			return a.Result, shard, Done, nil
 		}
 		l.rememberDenial(r, e, shard, sent, a.Result)
 		denied.Add(a.Remaining, a.RetryAfterMs, a.ResetAfterMs)
 	}
 	if denied.Len() == 0 {
-		return limiter.Result{}, 0, lastErr
+		return limiter.Result{}, 0, Done, lastErr
 	}
 	var res limiter.Result
 	res.Remaining, res.RetryAfterMs, res.ResetAfterMs = denied.Result()
-	return res, 0, nil
+	return res, 0, Done, nil
 }
 
 // verdict is what one sub-limiter's answer means for a request.

@@ -19,68 +19,60 @@ import (
 // config replaced after some shares were taken ends the call with an
 // error (charging again would take those shares twice).
 func (l *Limiters) Charge(ctx context.Context, r Request) (limiter.Result, error) {
-	st, err := l.config(ctx, r.Name, false)
-	for attempt := 0; err == nil; attempt++ {
-		if st.Algo == limiter.Concurrency {
-			return limiter.Result{}, limiter.ErrLeaseOnly{Name: r.Name}
+	var c charging
+	err := l.withConfig(ctx, r.Name, func(e *entry) (Step, error) {
+		if e.Algo == limiter.Concurrency {
+			return Done, limiter.ErrLeaseOnly{Name: r.Name}
 		}
-		out, fresh, cerr := l.chargeShards(ctx, st, r)
-		switch {
-		case cerr != nil:
-			return limiter.Result{}, cerr
-		case fresh == nil:
-			return out, nil
-		case attempt >= maxAttempts:
-			return limiter.Result{}, fmt.Errorf("limiter '%s' changed during RL.CHARGE; try again", r.Name)
-		}
-		st = fresh // nothing was taken: start over under the new config
+		return l.chargeShards(ctx, e, r, &c)
+	})
+	if err != nil {
+		return limiter.Result{}, err
 	}
-	return limiter.Result{}, err
+	return c.out, nil
 }
 
-// chargeShards charges each of st's shards its share of r.Permits, in
-// order, each once. A shard that does not serve st's config is sorted out
-// by reading the config afresh: a follower left behind is repaired and
-// asked again, and the walk goes on from it; a new config before any
-// share was taken is returned (fresh), for the caller to start over; one
-// after some were taken is an error (charging again would take them twice).
-func (l *Limiters) chargeShards(ctx context.Context, st *entry, r Request) (out limiter.Result, fresh *entry, err error) {
-	out.Granted = true
-	charged := false
-	shares := sharding.Split(r.Permits, st.Shards)
-	for shard, share := range shares {
+// charging is how far a charge got: the shards below next are done,
+// under config e; taken says whether any share was taken.
+type charging struct {
+	e     *entry
+	next  int
+	taken bool
+	out   limiter.Result
+}
+
+// chargeShards charges each of e's shards its share of r.Permits, in
+// order, each once, going on from where c got. Under a new config, a
+// charge that took nothing starts over; one that took some shares fails
+// (charging again would take them twice).
+func (l *Limiters) chargeShards(ctx context.Context, e *entry, r Request, c *charging) (Step, error) {
+	if c.next > 0 && (e.Epoch != c.e.Epoch || e.Shards != c.e.Shards) {
+		if c.taken {
+			return Done, fmt.Errorf("limiter '%s' changed during RL.CHARGE; try again", r.Name)
+		}
+		*c = charging{}
+	}
+	c.e, c.out.Granted = e, true
+	shares := sharding.Split(r.Permits, e.Shards)
+	for ; c.next < e.Shards; c.next++ {
+		share := shares[c.next]
 		if share == 0 {
 			continue
 		}
-		res, ok, err := l.chargeShard(ctx, st, r, shard, share)
-		for attempt := 1; err == nil && !ok; attempt++ {
-			// This shard does not serve the config in hand: read shard 0's.
-			l.forget(r.Name)
-			now, ferr := l.config(ctx, r.Name, true)
-			switch {
-			case ferr != nil:
-				return out, nil, ferr
-			case attempt > maxAttempts, charged && now.Epoch != st.Epoch:
-				return out, nil, fmt.Errorf("limiter '%s' changed during RL.CHARGE; try again", r.Name)
-			case now.Epoch != st.Epoch || now.Shards != st.Shards:
-				return out, now, nil
-			case shard > 0:
-				// A follower behind shard 0 (a writer stopped part way).
-				if err = l.repair(ctx, r.Name, shard); err != nil {
-					return out, nil, err
-				}
-			}
-			st = now
-			res, ok, err = l.chargeShard(ctx, st, r, shard, share)
+		res, ok, err := l.chargeShard(ctx, e, r, c.next, share)
+		switch {
+		case err != nil:
+			return Done, err
+		case !ok && c.next == 0:
+			return Reload, nil
+		case !ok:
+			return Repair(c.next), nil
 		}
-		if err != nil {
-			return out, nil, err
-		}
-		charged = true
-		out.Remaining += res.Remaining
-		out.ResetAfterMs = max(out.ResetAfterMs, res.ResetAfterMs)
+		c.taken = true
+		c.out.Remaining += res.Remaining
+		c.out.ResetAfterMs = max(c.out.ResetAfterMs, res.ResetAfterMs)
 	}
-	return out, nil, nil
+	return Done, nil
 }
 
 // chargeShard charges one shard its share; ok is false when the shard

@@ -1,9 +1,6 @@
 package ratelimit
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // NoLimiterError: the named limiter does not exist (or expired).
 type NoLimiterError struct{ Name string }
@@ -32,29 +29,4 @@ type KeepLeasesError struct{ Name string }
 
 func (e *KeepLeasesError) Error() string {
 	return fmt.Sprintf("KEEPSTATE cannot carry the leases held on '%s' over a change of SHARDS or MODE: set it without KEEPSTATE (the leases held are forgotten) or keep SHARDS and MODE", e.Name)
-}
-
-// ErrTooManyWaiters: max_waiters clients are already waiting.
-type ErrTooManyWaiters struct{ Max int }
-
-func (e ErrTooManyWaiters) Error() string {
-	return fmt.Sprintf("too many waiting clients (max_waiters is %d); try again later", e.Max)
-}
-
-// errConfigChanged asks the caller to reload the config and try again.
-var errConfigChanged = errors.New("limiter config changed")
-
-// missingShard: a sub-limiter other than shard 0 has no config although
-// the limiter exists — its TTL ran out while other shards were used, or
-// its node restarted empty — or (stale) another epoch than the caller's.
-type missingShard struct {
-	shard int
-	stale bool
-}
-
-func (e *missingShard) Error() string {
-	if e.stale {
-		return errConfigChanged.Error()
-	}
-	return fmt.Sprintf("sub-limiter %d has no config", e.shard)
 }

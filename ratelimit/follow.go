@@ -10,12 +10,10 @@ import (
 // those waiters are decided again within about this long.
 const followEvery = 500 * time.Millisecond
 
-// follow watches shard 0's config of limiter name while this proxy has
-// waiters asleep on it: one small read every followEvery. When the epoch
-// or generation differs from what the waiters were decided under (a
-// RL.SETRATE, RL.RESET or RL.DEL through any proxy), the cached config is
-// dropped and the waiters are woken (Wake).
-func (l *Limiters) follow(name string) {
+// watch starts following limiter name from the config cached now: the
+// one its first waiter is about to ask under (sleepers.add calls it as
+// that waiter registers, before it asks).
+func (l *Limiters) watch(name string) {
 	var epoch, gen string
 	if e := l.configs.get(name); e != nil {
 		epoch, gen = e.Epoch, e.Gen
@@ -23,6 +21,15 @@ func (l *Limiters) follow(name string) {
 	// A name a policy governs has no config of its own: one appearing is
 	// the change to notice (policy changes are followed in policies.go).
 	known := epoch != "" || l.governed(name) != nil
+	go l.follow(name, epoch, gen, known)
+}
+
+// follow watches shard 0's config of limiter name while this proxy has
+// waiters on it: one small read every followEvery. When the epoch or
+// generation differs from what the waiters were decided under (a
+// RL.SETRATE, RL.RESET or RL.DEL through any proxy), the cached config is
+// dropped and the waiters are woken (Wake).
+func (l *Limiters) follow(name, epoch, gen string, known bool) {
 	t := time.NewTicker(followEvery)
 	defer t.Stop()
 	for {

@@ -1,8 +1,6 @@
 package ratelimit
 
 import (
-	"context"
-
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/limiter"
 )
@@ -19,19 +17,6 @@ type Placed struct {
 // ConfArg is ARGV[2] of a script call on one shard: the epoch the
 // config must have, or the config itself for a name a policy governs.
 func (p Placed) ConfArg(shard int) string { return p.e.confArg(shard) }
-
-// Lookup returns a limiter's config and the node of each of its shards,
-// from the config cache unless fresh is set (after a script said the
-// epoch changed). A limiter that does not exist is a *NoLimiterError.
-// The lease service (package lease) finds its sub-limiters through it.
-func (l *Limiters) Lookup(ctx context.Context, name, client string, fresh bool) (Placed, error) {
-	e, err := l.config(ctx, name, fresh)
-	if err != nil {
-		return Placed{}, err
-	}
-	l.keepAlive(ctx, name, e)
-	return Placed{Stored: e.Stored, Nodes: e.nodes(), ClientKey: clientKey(&e.Stored, client), e: e}, nil
-}
 
 // Nodes returns the node of each shard of a limiter of that many shards.
 func (l *Limiters) Nodes(name string, shards int) []*backend.Node { return l.nodes(name, shards) }

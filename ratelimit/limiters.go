@@ -57,7 +57,8 @@ type Limiters struct {
 	denials  denyCache
 	queues   queues
 	sleepers sleepers // waiters asleep, per limiter (Wake)
-	waiters  atomic.Int64
+	changes  changes  // told of changes (OnChange)
+	waiters  Waiters  // RL.ACQUIRE's (MaxWaiters)
 	stats    counters
 
 	closing   chan struct{} // closed by Close: the watches of follow end
@@ -83,7 +84,9 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 		scripts: scripts,
 		closing: make(chan struct{}),
 	}
+	l.sleepers.watch = l.watch
 	l.live.Store(&o)
+	l.waiters.SetMax(o.MaxWaiters)
 	l.batches.MaxGather = maxGather
 	l.names.MaxGather = maxGather
 	l.denials.max = o.DenyCacheSize
@@ -119,7 +122,7 @@ func (l *Limiters) Stats() Stats {
 		Errors:           l.stats.Errors.Load(),
 		DeniedFromCache:  l.stats.DeniedFromCache.Load(),
 		ShadowDenied:     l.stats.ShadowDenied.Load(),
-		WaitingClients:   l.waiters.Load(),
+		WaitingClients:   l.waiters.Len(),
 		DenyCacheEntries: int64(l.denials.len()),
 	}
 }
@@ -183,59 +186,39 @@ func (l *Limiters) GetRate(ctx context.Context, name string) (*Rule, error) {
 // error (giving them again would release them twice).
 func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, permits func(shard int, st *entry) []int64) (int64, error) {
 	var total int64
-	var done *entry // the config shards below from were asked under
-	from := 0
-	for attempt := 0; ; attempt++ {
-		st, err := l.config(ctx, r.Name, attempt > 0)
-		if err != nil {
-			return 0, err
+	var asked *entry // the config the shards below next were asked under
+	next := 0
+	err := l.withConfig(ctx, r.Name, func(e *entry) (Step, error) {
+		if e.Algo == limiter.Concurrency && op == limiter.OpRelease {
+			return Done, limiter.ErrLeaseOnly{Name: r.Name}
 		}
-		script := st.script
-		if st.Algo == limiter.Concurrency && op == limiter.OpRelease {
-			return 0, limiter.ErrLeaseOnly{Name: r.Name}
-		}
-		if from > 0 && (st.Epoch != done.Epoch || st.Shards != done.Shards) {
+		if next > 0 && (e.Epoch != asked.Epoch || e.Shards != asked.Shards) {
 			if op == limiter.OpRelease {
-				return 0, fmt.Errorf("limiter '%s' changed during RL.RELEASE; try again", r.Name)
+				return Done, fmt.Errorf("limiter '%s' changed during RL.RELEASE; try again", r.Name)
 			}
-			total, from = 0, 0
+			total, next = 0, 0
 		}
-		changed := false
-		stale := -1 // a follower shard that did not serve shard 0's config
-		for shard := from; shard < st.Shards && !changed; shard++ {
-			keys := l.keysOf(st, shard, clientKey(&st.Stored, r.Client))
-			v, err := st.node(shard).Eval(ctx, script, keys, limiter.Args(op, st.confArg(shard), permits(shard, st)...)...)
+		for ; next < e.Shards; next++ {
+			keys := l.keysOf(e, next, clientKey(&e.Stored, r.Client))
+			v, err := e.node(next).Eval(ctx, e.script, keys, limiter.Args(op, e.confArg(next), permits(next, e)...)...)
 			if err != nil {
-				return 0, err
+				return Done, err
 			}
 			rep, err := limiter.DecodeReply(v, op, nil)
-			if err != nil {
-				return 0, err
+			switch {
+			case err != nil:
+				return Done, err
+			case rep.Status != limiter.StatusOK && next == 0:
+				return Reload, nil
+			case rep.Status != limiter.StatusOK:
+				return Repair(next), nil
 			}
-			changed = rep.Status != limiter.StatusOK
-			if changed && shard > 0 && (rep.Status == limiter.StatusNoLimiter || attempt > 0) {
-				stale = shard
-			}
-			if !changed {
-				total += rep.Count
-				from, done = shard+1, st
-			}
+			total += rep.Count
+			asked = e
 		}
-		if !changed {
-			return total, nil
-		}
-		l.forget(r.Name)
-		if stale > 0 {
-			// Shard 0's config, read afresh, is not on this follower: a
-			// writer stopped part way, or its TTL ran out. Repair it.
-			if err := l.repair(ctx, r.Name, stale); err != nil {
-				return 0, err
-			}
-		}
-		if attempt >= maxAttempts {
-			return 0, fmt.Errorf("limiter '%s' keeps changing; try again", r.Name)
-		}
-	}
+		return Done, nil
+	})
+	return total, err
 }
 
 // Available returns the permits r.Client could acquire now, summed over shards.
@@ -268,7 +251,7 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 	if st.policy != nil {
 		// A policy's name has no epoch of its own: its state goes.
 		_, err := l.delState(ctx, st)
-		l.Wake(name)
+		l.changed(ctx, Change{Name: name, Shards: st.Shards})
 		return err == nil, err
 	}
 	epoch := newEpoch()
@@ -283,7 +266,7 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 			return false, err
 		}
 	}
-	l.Wake(name)
+	l.changed(ctx, Change{Name: name, Shards: st.Shards})
 	return true, nil
 }
 
@@ -297,7 +280,7 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 	l.forget(name)
 	if st.policy != nil {
 		n, err := l.delState(ctx, st)
-		l.Wake(name)
+		l.changed(ctx, Change{Name: name, Shards: st.Shards})
 		return n > 0, err
 	}
 	// Shard 0 last: while it exists the limiter exists, so a failure part
@@ -307,7 +290,7 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 			return false, err
 		}
 	}
-	l.Wake(name)
+	l.changed(ctx, Change{Name: name, Shards: st.Shards})
 	return true, nil
 }
 

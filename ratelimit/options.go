@@ -12,6 +12,7 @@ func (l *Limiters) SetOptions(o Options) {
 	o.KeyPrefix = old.KeyPrefix
 	l.denials.resize(o.DenyCacheSize, !o.DenyCache)
 	l.live.Store(&o)
+	l.waiters.SetMax(o.MaxWaiters)
 }
 
 // resize sets the deny cache's bound (0: DefaultDenyCacheSize); it

@@ -25,10 +25,6 @@ import (
 // another epoch than shard 0, read afresh, repairs it from shard 0 with
 // the same compare-and-set, so repairs never undo a newer write.
 
-// maxAttempts bounds the reloads (and repairs) of one request while the
-// config changes under it.
-const maxAttempts = 8
-
 // SetRateOptions are the flags of RL.SETRATE.
 type SetRateOptions struct {
 	NX        bool
@@ -79,7 +75,8 @@ func (l *Limiters) SetRate(ctx context.Context, name string, c limiter.Config, o
 		}
 	}
 	if lead.Changed {
-		l.Wake(name)
+		// Waiters may be on shards the new count dropped.
+		l.changed(ctx, Change{Name: name, Shards: max(c.Shards, lead.OldShards)})
 	}
 	return lead.Changed, nil
 }

@@ -38,11 +38,10 @@ const blockWait = limiter.MaxInterval
 // AcquireWait asks for permits, waiting up to timeout (or forever when
 // timeout is 0) for them. ctx ends when the client disconnects.
 func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Duration) (limiter.Result, error) {
-	if n := l.waiters.Add(1); l.opt().MaxWaiters > 0 && n > int64(l.opt().MaxWaiters) {
-		l.waiters.Add(-1)
-		return limiter.Result{}, ErrTooManyWaiters{Max: l.opt().MaxWaiters}
+	if err := l.waiters.Enter(); err != nil {
+		return limiter.Result{}, err
 	}
-	defer l.waiters.Add(-1)
+	defer l.waiters.Leave()
 	deadline := time.Time{}
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -95,6 +94,8 @@ func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline ti
 	// The acquire path gives back what it grants to a client gone by the
 	// time the answer comes; here the waiter does it, exactly once.
 	actx := context.WithoutCancel(ctx)
+	w := l.sleepers.listen(r.Name)
+	defer w.stop()
 	for {
 		r.MaxWait = WaitLeft(deadline)
 		o := l.AcquireAll(actx, []Request{r})[0]
@@ -115,7 +116,7 @@ func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline ti
 			if !ok {
 				return res, nil
 			}
-			if err := l.sleepUnlessWoken(ctx, r.Name, wait); err != nil {
+			if err := w.sleep(ctx, wait); err != nil {
 				return limiter.Result{}, err
 			}
 			continue
@@ -131,7 +132,7 @@ func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline ti
 		}
 		// Booked: hold the reply until the reservation's time.
 		until := time.Now().Add(time.Duration(res.RetryAfterMs) * time.Millisecond)
-		redo, err := l.holdBooking(ctx, r, booked, shard, until)
+		redo, err := l.holdBooking(ctx, w, r, booked, shard, until)
 		if err != nil || !redo {
 			if err == nil {
 				res.ResetAfterMs = max(0, res.ResetAfterMs-res.RetryAfterMs)
@@ -147,13 +148,13 @@ func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline ti
 // given back and the request must be decided again under the limiter as
 // it is now. When the client leaves or the proxy shuts down, the booking
 // is given back and the cause returned; after RL.DEL, no such limiter.
-func (l *Limiters) holdBooking(ctx context.Context, r Request, booked *entry, shard int, until time.Time) (redo bool, err error) {
+func (l *Limiters) holdBooking(ctx context.Context, w *wakeup, r Request, booked *entry, shard int, until time.Time) (redo bool, err error) {
 	for {
 		wait := time.Until(until)
 		if wait <= 0 {
 			return false, nil
 		}
-		if err := l.sleepUnlessWoken(ctx, r.Name, wait); err != nil {
+		if err := w.sleep(ctx, wait); err != nil {
 			return false, l.giveBackFor(booked, r, shard, err)
 		}
 		if !time.Now().Before(until) {
@@ -212,6 +213,8 @@ func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time
 		return res, err
 	}
 	defer q.unlock()
+	w := l.sleepers.listen(r.Name)
+	defer w.stop()
 	for {
 		res, err := l.Acquire(ctx, r)
 		if err != nil || res.Granted {
@@ -224,31 +227,50 @@ func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time
 		q.asking(time.Now().Add(wait))
 		// A change to the limiter (Wake) ends the sleep early: the loop
 		// asks again, and the request is decided under what is in force.
-		if err := l.sleepUnlessWoken(ctx, r.Name, wait); err != nil {
+		if err := w.sleep(ctx, wait); err != nil {
 			return limiter.Result{}, err
 		}
 	}
 }
 
-// sleepUnlessWoken waits d, or until ctx ends (then it returns ctx's
-// cause), or until Wake(name) is called — by a change through this proxy,
-// or by the watch on shard 0 that notices one through another (follow.go).
-func (l *Limiters) sleepUnlessWoken(ctx context.Context, name string, d time.Duration) error {
-	w, first := l.sleepers.add(name)
-	if first {
-		go l.follow(name)
-	}
-	defer l.sleepers.remove(name, w)
+// wakeup is a waiter's registration for Wake, held from before its
+// first ask until it is answered: a change made between an ask and the
+// sleep that follows it still ends that sleep (registered only to sleep,
+// the waiter would miss it, and follow, starting from the new config,
+// would see no change: it would sleep its whole retry_after).
+type wakeup struct {
+	s    *sleepers
+	name string
+	c    chan struct{} // closed by Wake; replaced when a sleep ends by it
+}
+
+// listen registers a waiter of limiter name for Wake, starting the
+// watch on the limiter when nobody watches it yet (follow.go). The
+// waiter calls stop when it is done.
+func (s *sleepers) listen(name string) *wakeup {
+	w := &wakeup{s: s, name: name}
+	w.c = s.add(name)
+	return w
+}
+
+// sleep waits d, or until ctx ends (then it returns ctx's cause), or
+// until Wake(name) has been called since listen or the last sleep ended
+// — by a change through this proxy, or by the watch on shard 0 that
+// notices one through another (follow.go).
+func (w *wakeup) sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-w:
+	case <-w.c:
+		w.c = w.s.add(w.name) // listen on for the next ask
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
 	return nil
 }
+
+func (w *wakeup) stop() { w.s.remove(w.name, w.c) }
 
 // Wake ends the sleep of every waiter of the limiter name: each is
 // decided again at once under the limiter's config as it is now (a
@@ -257,19 +279,19 @@ func (l *Limiters) sleepUnlessWoken(ctx context.Context, name string, d time.Dur
 // changes through other proxies are noticed by follow.
 func (l *Limiters) Wake(name string) { l.sleepers.wake(name) }
 
-// sleepers are the waiters of each limiter now asleep, each with the
-// channel that wakes it, and the limiters whose shard 0 is watched.
+// sleepers are the waiters of each limiter (each with the channel that
+// wakes it), and the limiters whose shard 0 is watched.
 type sleepers struct {
+	watch   func(name string) // starts the watch of a limiter (Limiters.watch)
 	mu      sync.Mutex
 	m       map[string]map[chan struct{}]struct{}
 	watched map[string]bool
 }
 
-// add registers a sleeper; first is true when nobody watches the
-// limiter yet (the caller starts the watch).
-func (s *sleepers) add(name string) (w chan struct{}, first bool) {
+// add registers a waiter and returns the channel Wake closes, starting
+// the watch when nobody watches the limiter yet.
+func (s *sleepers) add(name string) chan struct{} {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.m == nil {
 		s.m = map[string]map[chan struct{}]struct{}{}
 		s.watched = map[string]bool{}
@@ -277,13 +299,15 @@ func (s *sleepers) add(name string) (w chan struct{}, first bool) {
 	if s.m[name] == nil {
 		s.m[name] = map[chan struct{}]struct{}{}
 	}
-	w = make(chan struct{})
+	w := make(chan struct{})
 	s.m[name][w] = struct{}{}
-	if !s.watched[name] {
-		s.watched[name] = true
-		first = true
+	first := !s.watched[name]
+	s.watched[name] = true
+	s.mu.Unlock()
+	if first {
+		s.watch(name) // not under mu: it reads the config cache
 	}
-	return w, first
+	return w
 }
 
 // unwatch ends the watch of a limiter nobody sleeps on, and reports

@@ -58,7 +58,7 @@ func (p *Proxy) retryPolicies(log *slog.Logger) {
 func (p *Proxy) tryPolicies() error {
 	p.reloadMu.Lock()
 	defer p.reloadMu.Unlock()
-	sets, err := policySets(p.cfg, commandOptions(p.cfg, p.leases))
+	sets, err := policySets(p.cfg, commandOptions(p.cfg))
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		o.Forward = forwarder{gw}
 	}
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)
-	co := commandOptions(cfg, leases)
+	co := commandOptions(cfg)
 	srv = server.New(o, commands.Limiters(limiters, co), commands.Leases(leases), commands.Policies(limiters, co))
 	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, gateway: gw, cfg: cfg, reloads: reloads, done: make(chan error, 1),
 		health: &health{nodes: pool.Nodes(), scripts: scripts.All(), timeout: cfg.BackendTimeout}}
@@ -126,12 +126,11 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 }
 
 // commandOptions is the commands' part of cfg.
-func commandOptions(cfg config.Config, leases *lease.Service) commands.Options {
+func commandOptions(cfg config.Config) commands.Options {
 	return commands.Options{
 		DefaultShards: cfg.DefaultShards,
 		ShardRate:     cfg.ShardRate,
 		MaxAutoShards: cfg.MaxAutoShards,
-		Changed:       leases.Changed,
 	}
 }
 

@@ -56,7 +56,7 @@ func (p *Proxy) Reload(cfg config.Config) (needRestart []string, err error) {
 		return nil, fmt.Errorf("config: the new config drops %s: refused, as an empty or half-written file would; "+
 			"set reload_may_drop_auth: true in the file if that is meant", strings.Join(dropped, ", "))
 	}
-	sets, err := policySets(cfg, commandOptions(cfg, p.leases))
+	sets, err := policySets(cfg, commandOptions(cfg))
 	if err != nil {
 		p.reloads.failed.Add(1)
 		return nil, err

@@ -1,0 +1,56 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A waiter listens from before it asks: a change made between its ask
+// and its sleep (Wake before sleep) ends that sleep at once, and so does
+// one made after a sleep a wake ended. One watch serves the whole wait.
+func TestWakeBetweenAskAndSleep(t *testing.T) {
+	var watched []string
+	s := &sleepers{watch: func(name string) { watched = append(watched, name) }}
+	w := s.listen("a")
+	for i := range 2 {
+		s.wake("a") // the change, made while the waiter asks
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := w.sleep(ctx, time.Hour)
+		cancel()
+		if err != nil {
+			t.Fatalf("wake %d before the sleep: slept until %v", i+1, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := w.sleep(ctx, time.Hour); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("sleep with no wake: %v, want the context's end", err)
+	}
+	w.stop()
+	if len(s.m["a"]) != 0 || len(watched) != 1 {
+		t.Errorf("after stop: %d registered, %d watches started; want 0 and 1", len(s.m["a"]), len(watched))
+	}
+}
+
+// At most max waiters are let in; one leaving lets the next in; 0 is no
+// bound.
+func TestWaitersBound(t *testing.T) {
+	var w Waiters
+	w.SetMax(2)
+	if w.Enter() != nil || w.Enter() != nil {
+		t.Fatal("a waiter within the bound was refused")
+	}
+	if err := w.Enter(); !errors.As(err, new(ErrTooManyWaiters)) {
+		t.Fatalf("third waiter with max 2: %v, want ErrTooManyWaiters", err)
+	}
+	w.Leave()
+	if err := w.Enter(); err != nil || w.Len() != 2 {
+		t.Fatalf("after one left: %v, %d waiting; want let in, 2", err, w.Len())
+	}
+	w.SetMax(0)
+	if err := w.Enter(); err != nil {
+		t.Fatalf("no bound: %v", err)
+	}
+}
