@@ -221,6 +221,20 @@ type Config struct {
 	// more is answered "ERR max number of pinned connections reached".
 	// Must be > 0. Defaults to 1000.
 	PassthroughMaxPinned int `mapstructure:"passthrough_max_pinned"`
+
+	// (Optional) Longest wait for a forwarded command's reply (blocking
+	// commands such as BLPOP excepted). Past it the backend connection is
+	// dropped and replaced, and every command waiting on it is answered
+	// "ERR passthrough backend connection broken: no reply in ...". Must
+	// be > 0. Defaults to 5s.
+	PassthroughTimeout time.Duration `mapstructure:"passthrough_timeout"`
+
+	// (Optional) Most bytes of forwarded commands' replies queued for a
+	// client whose socket does not take them (it sends and does not
+	// read); past it the client is closed, like Redis's
+	// client-output-buffer-limit. 0 means no bound. Defaults to 33554432
+	// (32 MiB).
+	PassthroughClientBuffer int `mapstructure:"passthrough_client_buffer"`
 }
 
 // Default returns the configuration used for every key that no file,
@@ -262,10 +276,12 @@ func Default() Config {
 		LogFormat:       "text",
 		MetricsListen:   "",
 
-		ShutdownReadyDelay:   time.Second,
-		Passthrough:          false,
-		PassthroughBackend:   "",
-		PassthroughMaxPinned: 1000,
+		ShutdownReadyDelay:      time.Second,
+		Passthrough:             false,
+		PassthroughBackend:      "",
+		PassthroughMaxPinned:    1000,
+		PassthroughTimeout:      5 * time.Second,
+		PassthroughClientBuffer: 32 << 20,
 	}
 }
 
@@ -363,6 +379,12 @@ func (c Config) Validate() error {
 	}
 	if c.PassthroughMaxPinned <= 0 {
 		bad("passthrough_max_pinned must be > 0 (got %d)", c.PassthroughMaxPinned)
+	}
+	if c.PassthroughTimeout <= 0 {
+		bad("passthrough_timeout must be > 0 (got %q)", c.PassthroughTimeout.String())
+	}
+	if c.PassthroughClientBuffer < 0 {
+		bad("passthrough_client_buffer must be >= 0 (got %d)", c.PassthroughClientBuffer)
 	}
 	if c.PassthroughBackend != "" {
 		errs = append(errs, checkURLs("passthrough_backend", []string{c.PassthroughBackend}, false)...)

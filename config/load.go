@@ -297,6 +297,8 @@ func newFlagSet() *pflag.FlagSet {
 	fs.Bool(flagName("passthrough"), d.Passthrough, "gateway: forward every command rlproxy does not own to Redis (one URL for Redis and RL.*)")
 	fs.String(flagName("passthrough_backend"), d.PassthroughBackend, "redis:// `URL` passthrough forwards to (empty: the first --backend, or the embedded backend)")
 	fs.Int(flagName("passthrough_max_pinned"), d.PassthroughMaxPinned, "most backend connections pinned to clients at once (MULTI, blocking commands, Pub/Sub) (> 0)")
+	fs.Duration(flagName("passthrough_timeout"), d.PassthroughTimeout, "longest wait for a forwarded command's reply, blocking commands excepted (> 0)")
+	fs.Int(flagName("passthrough_client_buffer"), d.PassthroughClientBuffer, "most `bytes` of forwarded replies queued for a client that does not read them (0: no bound)")
 	fs.BoolP("help", "h", false, "print this help and exit")
 	fs.Bool("version", false, "print the version and exit")
 	return fs

@@ -29,7 +29,8 @@ type waiter struct {
 	reply     reply
 	confirms  int
 	frames    []byte
-	redirects int // MOVED/ASK followed (cluster)
+	redirects int  // MOVED/ASK followed (cluster)
+	block     bool // a blocking command: no reply timeout
 }
 
 // conn is one backend connection. Commands are written in order (one
@@ -56,6 +57,11 @@ type conn struct {
 	// when it sends a subscribe, cleared when no subscription is left).
 	subscribed atomic.Bool
 	done       chan struct{} // closed when the reader ends
+
+	// The watchdog's view (its goroutine only): the head waiter it saw
+	// last, and when it first saw it there.
+	watched   *waiter
+	watchedAt time.Time
 }
 
 // dialOptions say how to reach the backend and open a connection.
@@ -260,14 +266,19 @@ func (c *conn) deliver(f []byte) (*Session, bool) {
 	return w.s, true
 }
 
-// fail ends the connection: every waiter is answered err.
+// fail ends the connection: every waiter is answered that it broke.
 func (c *conn) fail(err error) {
+	c.end(fmt.Errorf("passthrough backend connection broken: %w", err))
+}
+
+// end ends the connection: every waiter is answered err.
+func (c *conn) end(err error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
 		return
 	}
-	c.err = fmt.Errorf("passthrough backend connection broken: %w", err)
+	c.err = err
 	ws := c.waiters
 	c.waiters = nil
 	c.mu.Unlock()
@@ -298,3 +309,29 @@ func (c *conn) idle() bool {
 }
 
 func (c *conn) close() { c.fail(errors.New("closed")) }
+
+// overdue reports whether the command at the head has waited for its
+// reply for timeout or more, as the watchdog sees it at now: the head
+// is timed from the first tick that saw it there, so a command queued
+// behind a blocking one is timed from when that one returned. A
+// blocking command is never overdue.
+func (c *conn) overdue(now time.Time, timeout time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.waiters) == 0 || c.waiters[0].block || c.err != nil {
+		c.watched = nil
+		return false
+	}
+	if w := c.waiters[0]; w != c.watched {
+		c.watched, c.watchedAt = w, now
+		return false
+	}
+	return now.Sub(c.watchedAt) >= timeout
+}
+
+// blocked reports whether a blocking command awaits its reply.
+func (c *conn) blocked() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.ContainsFunc(c.waiters, func(w *waiter) bool { return w.block })
+}

@@ -48,6 +48,11 @@ type Options struct {
 	Conns int
 	// Timeout bounds dialing and a new connection's setup.
 	Timeout time.Duration
+	// ReplyTimeout bounds the wait for a forwarded command's reply
+	// (passthrough_timeout; defaults to 5s). A connection whose oldest
+	// command waited longer is dropped (its commands are answered an
+	// error) and replaced; blocking commands (BLPOP, ...) are exempt.
+	ReplyTimeout time.Duration
 	// Poller, when set, lets backend connections poll for replies at
 	// light load (package busypoll).
 	Poller *busypoll.Poller
@@ -76,6 +81,12 @@ type Gateway struct {
 	forwarded atomic.Int64
 	errs      atomic.Int64
 	sessions  atomic.Uint64
+
+	liveMu sync.Mutex
+	live   map[*conn]bool // every connection dialed, till the watchdog sees it broken
+	stop   chan struct{}  // ends the watchdog (Close)
+
+	stopping atomic.Pointer[error] // Stop's reason: blocking commands are refused
 }
 
 // maxIdle is how many freed pinned connections are kept for reuse.
@@ -98,6 +109,9 @@ func New(o Options) (*Gateway, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
 	}
+	if o.ReplyTimeout <= 0 {
+		o.ReplyTimeout = 5 * time.Second
+	}
 	tlsConf := o.TLS
 	if tlsConf == nil {
 		tlsConf = u.TLSConfig
@@ -105,6 +119,7 @@ func New(o Options) (*Gateway, error) {
 	g := &Gateway{o: o, dial: dialOptions{addr: u.Addr, username: u.Username, password: u.Password,
 		db: u.DB, tls: tlsConf, timeout: o.Timeout, poller: o.Poller}}
 	g.shared, g.idle = map[string]*[2][]*conn{}, map[string]*[2][]*conn{}
+	g.live, g.stop = map[*conn]bool{}, make(chan struct{})
 	if len(o.Cluster) > 0 {
 		g.cluster = &slots{}
 		for _, seed := range o.Cluster {
@@ -120,7 +135,73 @@ func New(o Options) (*Gateway, error) {
 			return nil, err
 		}
 	}
+	go g.watch()
 	return g, nil
+}
+
+// watch is the watchdog: a few times per reply timeout it drops the
+// connections whose oldest command is overdue. Its error goes to every
+// command waiting on the connection, whose order is then unknown (so
+// no later reply can reach the wrong client), and the next command
+// dials a new one. Timing here, not per read, keeps the reply path free
+// of deadline updates.
+func (g *Gateway) watch() {
+	timeout := g.o.ReplyTimeout
+	t := time.NewTicker(min(max(timeout/8, time.Millisecond), time.Second))
+	defer t.Stop()
+	errTimeout := fmt.Errorf("no reply in %v (passthrough_timeout)", timeout)
+	var due []*conn
+	for {
+		var now time.Time
+		select {
+		case <-g.stop:
+			return
+		case now = <-t.C:
+		}
+		g.liveMu.Lock()
+		for c := range g.live {
+			if c.broken() {
+				delete(g.live, c)
+			} else if c.overdue(now, timeout) {
+				due = append(due, c)
+			}
+		}
+		g.liveMu.Unlock()
+		for i, c := range due {
+			c.fail(errTimeout)
+			due[i] = nil
+		}
+		due = due[:0]
+	}
+}
+
+// Stop begins a shutdown: a client blocked in a blocking command (BLPOP,
+// XREAD BLOCK, ...) is answered "ERR " + reason and its pinned
+// connection closed at once, as are blocking commands sent from now on.
+// Other commands are still forwarded until Close.
+func (g *Gateway) Stop(reason error) {
+	if g == nil || !g.stopping.CompareAndSwap(nil, &reason) {
+		return
+	}
+	g.liveMu.Lock()
+	var blocked []*conn
+	for c := range g.live {
+		if c.owner.Load() != nil && c.blocked() {
+			blocked = append(blocked, c)
+		}
+	}
+	g.liveMu.Unlock()
+	for _, c := range blocked {
+		c.end(reason)
+	}
+}
+
+// stopped returns Stop's reason, or nil.
+func (g *Gateway) stopped() error {
+	if r := g.stopping.Load(); r != nil {
+		return *r
+	}
+	return nil
 }
 
 // Stats returns the counters.
@@ -134,6 +215,9 @@ func (g *Gateway) Close() {
 		return
 	}
 	g.mu.Lock()
+	if !g.closed {
+		close(g.stop)
+	}
 	g.closed = true
 	var all []*conn
 	for _, m := range []map[string]*[2][]*conn{g.shared, g.idle} {
@@ -189,7 +273,13 @@ func (g *Gateway) dialAt(addr string, proto int) (*conn, error) {
 	if g.cluster != nil {
 		o.db = 0 // a cluster has database 0 only
 	}
-	return dial(context.Background(), o, proto)
+	c, err := dial(context.Background(), o, proto)
+	if err == nil {
+		g.liveMu.Lock()
+		g.live[c] = true
+		g.liveMu.Unlock()
+	}
+	return c, err
 }
 
 var errMaxPinned = errors.New("ERR max number of pinned connections reached")

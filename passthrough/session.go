@@ -114,6 +114,9 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		}
 		s.mu.Lock()
 		step := s.plan(name, args)
+		if step.block && s.g.stopped() != nil {
+			step.local = brokenFrame(s.g.stopped())
+		}
 		if step.local != nil {
 			s.mu.Unlock()
 			reply(i, step.local)
@@ -164,6 +167,12 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		b.cmds = append(b.cmds, cmd)
 		b.ws = append(b.ws, s.waiter(i, target, step, reply, cmd, proto))
 		s.g.forwarded.Add(1)
+		if step.block {
+			b.flush()
+			if err := s.g.stopped(); err != nil { // Stop ran while it went
+				target.end(err)
+			}
+		}
 	}
 }
 
@@ -175,6 +184,7 @@ type step struct {
 	answer   []byte   // its reply in place of the backend's
 	confirms int      // (un)subscribe: confirmation frames it gets
 	set      func()   // the state change, once it is sent
+	block    bool     // a blocking command
 }
 
 // plan decides what a command does (s.mu held).
@@ -240,7 +250,7 @@ func (s *Session) plan(name string, args []string) step {
 		return step{pin: true, confirms: n}
 	}
 	if blocks(name, args) {
-		return step{pin: true}
+		return step{pin: true, block: true}
 	}
 	return step{pin: pinned}
 }
@@ -331,7 +341,7 @@ func (s *Session) needsPin() bool {
 // held, gives the pinned connection back. In a cluster, a MOVED or ASK
 // is followed: cmd goes again to the node named.
 func (s *Session) waiter(i int, c *conn, st step, reply func(int, []byte), cmd []string, proto int) *waiter {
-	w := &waiter{s: s, confirms: st.confirms}
+	w := &waiter{s: s, confirms: st.confirms, block: st.block}
 	w.reply = func(f []byte, err error) {
 		if err == nil && s.g.cluster != nil && len(f) > 0 && f[0] == '-' && !st.pin && s.follow(w, cmd, proto, f) {
 			return

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -101,6 +102,14 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		w = g.Conn // redcon's own writes (a protocol error) go through g.Write
 	}
 	c.replies = newReplies(w, s.memory.soon)
+	if sc, ok := w.(syscall.Conn); ok { // not under TLS
+		c.replies.raw, _ = sc.SyscallConn()
+	}
+	c.replies.limit = s.opts.ForwardBuffer
+	c.replies.over = func() {
+		s.opts.Log.Warn("client closed: passthrough_client_buffer exceeded (it does not read its replies)", "id", c.id, "addr", c.addr, "limit", s.opts.ForwardBuffer)
+		c.conn.Close()
+	}
 	conn.SetContext(c)
 	s.stats.connections.Add(1)
 	s.mu.Lock()

@@ -17,6 +17,9 @@ type Forwarder interface {
 	Open(push func(frame []byte), flush, kill func()) Session
 	// Keys returns the keys a command names (for users' key patterns).
 	Keys(args []string) []string
+	// Stop begins a shutdown: clients blocked in a forwarded blocking
+	// command (BLPOP, ...) are answered "ERR " + reason at once.
+	Stop(reason error)
 }
 
 // Session is one client's forwarding state.
@@ -49,7 +52,7 @@ func (s *Server) session(c *client) Session {
 	defer c.mu.Unlock()
 	if c.fwd == nil {
 		q := c.replies
-		c.fwd = s.opts.Forward.Open(q.push, q.write, func() {
+		c.fwd = s.opts.Forward.Open(q.push, q.writeAsync, func() {
 			go func() { // not on the backend connection's reader
 				q.waitWritten()
 				c.conn.Close()

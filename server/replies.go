@@ -3,6 +3,7 @@ package server
 import (
 	"io"
 	"sync"
+	"syscall"
 )
 
 // replies is a client's reply queue, the one way its replies go out: one
@@ -19,6 +20,13 @@ import (
 type replies struct {
 	w     io.Writer
 	onBig func() // a big buffer was dropped: memory to give back
+	// For forwarded commands' replies (writeAsync): the client's socket,
+	// written without blocking (nil under TLS); the most bytes queued
+	// behind a write that waits (0: no bound); what closes the client
+	// past it.
+	raw   syscall.RawConn
+	limit int
+	over  func()
 
 	mu      sync.Mutex
 	changed sync.Cond // a slot was filled, or the queue written
@@ -30,6 +38,7 @@ type replies struct {
 	openFwd int    // of which forwarded commands' (passthrough)
 	held    bool   // the reader is taking a pipeline
 	writing bool   // a goroutine is writing out
+	dead    bool   // over limit: replies are dropped, the client closed
 }
 
 type slot struct {
@@ -92,7 +101,7 @@ func (q *replies) reserve(n, proto int, fwd bool) uint64 {
 // after the replies before it, and writes what is ready.
 func (q *replies) push(frame []byte) {
 	q.add(rawFrame(frame), 0)
-	q.write()
+	q.writeAsync()
 }
 
 // fillQuiet answers a reserved slot, at most once, without writing:
@@ -138,8 +147,49 @@ func (q *replies) put(seq uint64, v any) {
 	q.changed.Broadcast()
 }
 
+// writeAsync writes the ready head like write, but never blocks the
+// caller (a backend connection's reader, shared by many clients): what
+// the client's socket does not take at once is written by a goroutine of
+// its own. A client whose replies queued behind that write grow past
+// limit (it sends and does not read) is closed and its replies dropped,
+// like Redis's client-output-buffer-limit.
+func (q *replies) writeAsync() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.dead:
+		q.out = q.out[:0]
+		return
+	case q.writing && q.limit > 0 && len(q.out) > q.limit:
+		q.dead, q.out = true, nil
+		q.changed.Broadcast()
+		go q.over()
+		return
+	case len(q.out) == 0 || q.held || q.writing:
+		return // the reader or the writer writes it
+	}
+	if q.raw != nil {
+		n := tryWrite(q.raw, q.out)
+		q.out = q.out[:copy(q.out, q.out[n:])]
+		if len(q.out) == 0 {
+			q.changed.Broadcast()
+			return
+		}
+	}
+	q.writing = true
+	go func() {
+		q.mu.Lock()
+		q.writing = false
+		q.flush()
+		q.mu.Unlock()
+	}()
+}
+
 // flush writes out (called with mu held, which it lets go while writing).
 func (q *replies) flush() {
+	if q.dead {
+		q.out = q.out[:0]
+	}
 	for len(q.out) > 0 && !q.held && !q.writing {
 		q.writing = true
 		b := q.out

@@ -52,6 +52,11 @@ type Options struct {
 	// Forward, when set, is the gateway (passthrough): it runs every
 	// command no table entry owns (forward.go).
 	Forward Forwarder
+	// ForwardBuffer bounds the bytes of forwarded commands' replies
+	// queued for a client that does not read them
+	// (passthrough_client_buffer): past it the client is closed. 0: no
+	// bound.
+	ForwardBuffer int
 	// Poller, when set, is told of every request in progress and lets
 	// client connections poll for the next request before sleeping (see
 	// package busypoll).

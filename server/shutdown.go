@@ -34,6 +34,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.tlsLn != nil {
 		s.tlsLn.Close()
 	}
+	if s.opts.Forward != nil {
+		s.opts.Forward.Stop(ErrShuttingDown)
+	}
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for quiet := 0; quiet < 3; { // idle on three ticks in a row

@@ -32,7 +32,8 @@ func openGateway(cfg config.Config, pool *backend.Pool, poller *busypoll.Poller)
 	}
 	return passthrough.New(passthrough.Options{
 		URL: url, Cluster: cluster, TLS: tlsConf, KeyPrefix: cfg.KeyPrefix,
-		MaxPinned: cfg.PassthroughMaxPinned, Timeout: cfg.BackendTimeout, Poller: poller,
+		MaxPinned: cfg.PassthroughMaxPinned, Timeout: cfg.BackendTimeout, ReplyTimeout: cfg.PassthroughTimeout,
+		Poller: poller,
 	})
 }
 
@@ -43,6 +44,7 @@ func (f forwarder) Open(push func([]byte), flush, kill func()) server.Session {
 	return f.g.Open(push, flush, kill)
 }
 func (f forwarder) Keys(args []string) []string { return passthrough.Keys(args) }
+func (f forwarder) Stop(reason error)           { f.g.Stop(reason) }
 
 // passthroughStats are the INFO # Passthrough figures and their metrics.
 func passthroughStats(g *passthrough.Gateway) []stat {

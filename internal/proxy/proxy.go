@@ -85,6 +85,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	o.Version, o.Log, o.Poller = Version, log, poller
 	if gw != nil {
 		o.Forward = forwarder{gw}
+		o.ForwardBuffer = cfg.PassthroughClientBuffer
 	}
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)
 	co := commandOptions(cfg)
