@@ -27,8 +27,6 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	c := conn.Context().(*client)
 	s.drain.busy.Add(1)
 	defer s.drain.busy.Add(-1)
-	s.opts.Poller.Begin()
-	defer s.opts.Poller.End()
 	c.cmds = append(append(c.cmds[:0], cmd), conn.ReadPipeline()...)
 	calls := c.calls[:0]
 	for _, cmd := range c.cmds {
@@ -56,7 +54,12 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		q.waitFilled() // a client's commands run in order
 		cmd := s.batchable(c, calls[i])
 		if cmd == nil {
+			// The poller counts each request once, where it is decided
+			// (here, or in a batch or forward): a lone request counted
+			// twice would read as two at once and switch polling off.
+			s.opts.Poller.Begin()
 			q.add(s.call(c, calls[i]), c.proto)
+			s.opts.Poller.End()
 			i++
 			continue
 		}

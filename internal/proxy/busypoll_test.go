@@ -38,12 +38,23 @@ func TestBusyPoll(t *testing.T) {
 				h.Do(t, "RL.ACQUIRE", "bp").Granted(left)
 			}
 			h.Do(t, "RL.ACQUIRE", "bp").Denied(0)
+			before := busyPollStats(t, h)["busy_poll_reads"]
+			const lone = 20
+			for range lone {
+				h.Do(t, "RL.ACQUIRE", "bp").Denied(0)
+			}
 
 			st := busyPollStats(t, h)
 			on := budget > 0 && runtime.GOMAXPROCS(0) >= 2
 			if on {
 				if st["busy_poll_us"] != h.cfg.BusyPoll.Microseconds() || st["busy_poll_reads"] == 0 {
 					t.Fatalf("polling on, but INFO says %v", st)
+				}
+				// One client, one request at a time: none overlaps another,
+				// so most reads poll (a lone request counted twice, once by
+				// the reader and once by its batch, switched polling off).
+				if polled := st["busy_poll_reads"] - before; budget >= 10*time.Millisecond && polled < lone {
+					t.Fatalf("%d requests one at a time, yet only %d reads polled: %v", lone, polled, st)
 				}
 				if st["busy_poll_caught"] > st["busy_poll_reads"] {
 					t.Fatalf("more reads caught than polled: %v", st)
