@@ -109,16 +109,6 @@ func (e *NotConcurrencyError) Error() string {
 	return fmt.Sprintf("'%s' is a %s limiter, not a concurrency limiter (RL.LEASE needs ALGO concurrency; take permits with RL.ACQUIRE)", e.Name, e.Algo)
 }
 
-// OverLimitError: a lease asks for more permits than a sub-limiter holds.
-type OverLimitError struct {
-	Name           string
-	Permits, Limit int64
-}
-
-func (e *OverLimitError) Error() string {
-	return fmt.Sprintf("%d permits is more than the limit of '%s' (%d at once); a lease can never get them", e.Permits, e.Name, e.Limit)
-}
-
 // sub is one sub-limiter of a concurrency limiter, as one call sees it.
 type sub struct {
 	name  string
@@ -221,7 +211,7 @@ func (s *Service) Lease(ctx context.Context, r Request) (Result, error) {
 // sub-limiter's share of the limit (the script, reading the config in
 // force, is the judge: a cached config may be old).
 func overLimit(p ratelimit.Placed, r Request) error {
-	return &OverLimitError{Name: r.Name, Permits: r.Permits, Limit: p.Capacity()}
+	return &ratelimit.OverCapacityError{Name: r.Name, Permits: r.Permits, Capacity: p.Capacity(), Lease: true}
 }
 
 // wait is a Lease that may wait: it queues on one sub-limiter (picked at

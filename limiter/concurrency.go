@@ -21,11 +21,11 @@ const (
 	OpCancel Op = "cancel"
 )
 
-// ErrLeaseOnly is RL.ACQUIRE's (and RL.RELEASE's) answer on a
+// LeaseOnlyError is RL.ACQUIRE's (and RL.RELEASE's) answer on a
 // concurrency limiter.
-type ErrLeaseOnly struct{ Name string }
+type LeaseOnlyError struct{ Name string }
 
-func (e ErrLeaseOnly) Error() string {
+func (e LeaseOnlyError) Error() string {
 	return fmt.Sprintf("'%s' is a concurrency limiter: take permits with RL.LEASE and give them back with RL.RETURN", e.Name)
 }
 

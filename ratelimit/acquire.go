@@ -276,7 +276,7 @@ func (l *Limiters) acquire(ctx context.Context, r Request, from *tried) (res lim
 		first := cached
 		cached = false
 		if e.Algo == limiter.Concurrency {
-			return Done, limiter.ErrLeaseOnly{Name: r.Name}
+			return Done, limiter.LeaseOnlyError{Name: r.Name}
 		}
 		if c := e.Capacity(); r.Permits > c {
 			if first {

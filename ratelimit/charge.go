@@ -22,7 +22,7 @@ func (l *Limiters) Charge(ctx context.Context, r Request) (limiter.Result, error
 	var c charging
 	err := l.withConfig(ctx, r.Name, func(e *entry) (Step, error) {
 		if e.Algo == limiter.Concurrency {
-			return Done, limiter.ErrLeaseOnly{Name: r.Name}
+			return Done, limiter.LeaseOnlyError{Name: r.Name}
 		}
 		return l.chargeShards(ctx, e, r, &c)
 	})

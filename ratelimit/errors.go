@@ -11,14 +11,19 @@ func (e *NoLimiterError) Error() string {
 
 // OverCapacityError: a request asks for more permits than the limiter (or,
 // when sharded, any of its sub-limiters) can ever hold, so it could never
-// be granted.
+// be granted. Lease marks a concurrency limiter's (RL.LEASE), whose
+// capacity is the permits held at once.
 type OverCapacityError struct {
 	Name     string
 	Permits  int64
 	Capacity int64
+	Lease    bool
 }
 
 func (e *OverCapacityError) Error() string {
+	if e.Lease {
+		return fmt.Sprintf("%d permits is more than the limit of '%s' (%d at once); a lease can never get them", e.Permits, e.Name, e.Capacity)
+	}
 	return fmt.Sprintf("requested %d permits but limiter '%s' holds at most %d per request", e.Permits, e.Name, e.Capacity)
 }
 

@@ -190,7 +190,7 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 	next := 0
 	err := l.withConfig(ctx, r.Name, func(e *entry) (Step, error) {
 		if e.Algo == limiter.Concurrency && op == limiter.OpRelease {
-			return Done, limiter.ErrLeaseOnly{Name: r.Name}
+			return Done, limiter.LeaseOnlyError{Name: r.Name}
 		}
 		if next > 0 && (e.Epoch != asked.Epoch || e.Shards != asked.Shards) {
 			if op == limiter.OpRelease {

@@ -51,7 +51,7 @@ func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Dura
 		return limiter.Result{}, err
 	}
 	if st.Algo == limiter.Concurrency {
-		return limiter.Result{}, limiter.ErrLeaseOnly{Name: r.Name}
+		return limiter.Result{}, limiter.LeaseOnlyError{Name: r.Name}
 	}
 	if st.Shadow {
 		// A dry run never waits or books ahead: a request that would wait

@@ -42,8 +42,8 @@ func TestWaitersBound(t *testing.T) {
 	if w.Enter() != nil || w.Enter() != nil {
 		t.Fatal("a waiter within the bound was refused")
 	}
-	if err := w.Enter(); !errors.As(err, new(ErrTooManyWaiters)) {
-		t.Fatalf("third waiter with max 2: %v, want ErrTooManyWaiters", err)
+	if err := w.Enter(); !errors.As(err, new(TooManyWaitersError)) {
+		t.Fatalf("third waiter with max 2: %v, want TooManyWaitersError", err)
 	}
 	w.Leave()
 	if err := w.Enter(); err != nil || w.Len() != 2 {

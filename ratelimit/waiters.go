@@ -15,12 +15,12 @@ type Waiters struct {
 // SetMax changes the bound, live (0: none).
 func (w *Waiters) SetMax(n int) { w.max.Store(int64(n)) }
 
-// Enter counts a waiter in, or returns ErrTooManyWaiters when the bound
+// Enter counts a waiter in, or returns TooManyWaitersError when the bound
 // is reached. A waiter let in calls Leave when it is answered.
 func (w *Waiters) Enter() error {
 	if n, most := w.n.Add(1), w.max.Load(); most > 0 && n > most {
 		w.n.Add(-1)
-		return ErrTooManyWaiters{Max: int(most)}
+		return TooManyWaitersError{Max: int(most)}
 	}
 	return nil
 }
@@ -31,9 +31,9 @@ func (w *Waiters) Leave() { w.n.Add(-1) }
 // Len is how many clients wait now.
 func (w *Waiters) Len() int64 { return w.n.Load() }
 
-// ErrTooManyWaiters: max_waiters clients are already waiting.
-type ErrTooManyWaiters struct{ Max int }
+// TooManyWaitersError: max_waiters clients are already waiting.
+type TooManyWaitersError struct{ Max int }
 
-func (e ErrTooManyWaiters) Error() string {
+func (e TooManyWaitersError) Error() string {
 	return fmt.Sprintf("too many waiting clients (max_waiters is %d); try again later", e.Max)
 }
