@@ -14,33 +14,59 @@
 --        explicit limiter wins: the caller decides it alone)}
 local per = tonumber(ARGV[3])
 local out = {0, conf[1]}
+local nk = #KEYS
 
 local function us(x)
   if x <= 0 then return 0 end
   return math.ceil(x - 1000 * EPS)
 end
 
+-- The other names' config keys, with one EXISTS: when none has a config
+-- of its own (the usual case) no name needs its own EXISTS. (prelude.lua
+-- checked the first.) Then every state key with one MGET, for get().
+local explicit = false
+if nk > per then
+  local conf_keys = {}
+  for k = per + 1, nk, per do conf_keys[#conf_keys + 1] = KEYS[k] end
+  explicit = redis.call('EXISTS', unpack(conf_keys)) > 0
+end
+if per > 1 then
+  local state_keys = {}
+  for k = 1, nk do
+    if k % per ~= 1 then state_keys[#state_keys + 1] = KEYS[k] end
+  end
+  local vals = redis.call('MGET', unpack(state_keys))
+  prefetched = {}
+  for j = 1, #state_keys do prefetched[state_keys[j]] = vals[j] end
+end
+
+-- One limit for every name: its functions read their keys (keys) at
+-- each load and save, and load sets all of its state, so building a
+-- limit (a dozen closures) per name, most of a name's cost, is not needed.
+local keys = {}
+for j = 1, per do keys[j] = KEYS[j] end
+local l = new_limit(rate, interval, burst, keys)
+
 local a, base = 4, 0
 while a <= #ARGV do
   local runs = tonumber(ARGV[a])
   a = a + 1
-  local keys = {}
   for j = 1, per do keys[j] = KEYS[base + j] end
   base = base + per
-  if base > per and redis.call('EXISTS', keys[1]) == 1 then
+  if explicit and base > per and redis.call('EXISTS', keys[1]) == 1 then
     out[#out + 1] = 2
     a = a + 3 * runs
   else
     out[#out + 1] = 0
-    local l = new_limit(rate, interval, burst, keys)
     l.load()
     for _ = 1, runs do
       local n, count = tonumber(ARGV[a]), tonumber(ARGV[a + 2])
       a = a + 3
+      local o = #out
       if n > l.capacity then
-        out[#out + 1] = -1
-        out[#out + 1] = math.floor(l.available() + EPS)
-        for _ = 1, 6 do out[#out + 1] = 0 end
+        out[o + 1] = -1
+        out[o + 2] = math.floor(l.available() + EPS)
+        for k = 3, 8 do out[o + k] = 0 end
       else
         local g, first_rem, first_retry, first_reset, last_reset = 0, 0, 0, 0, 0
         local granted, remaining, retry_us, reset_us
@@ -60,10 +86,14 @@ while a <= #ARGV do
         if g < count then
           deny_rem, deny_retry, deny_reset = remaining, retry_us, reset_us
         end
-        for _, v in ipairs({g, math.floor(first_rem + EPS), us(first_retry), us(first_reset), us(last_reset),
-            math.floor(deny_rem + EPS), us(deny_retry), us(deny_reset)}) do
-          out[#out + 1] = v
-        end
+        out[o + 1] = g
+        out[o + 2] = math.floor(first_rem + EPS)
+        out[o + 3] = us(first_retry)
+        out[o + 4] = us(first_reset)
+        out[o + 5] = us(last_reset)
+        out[o + 6] = math.floor(deny_rem + EPS)
+        out[o + 7] = us(deny_retry)
+        out[o + 8] = us(deny_reset)
       end
     end
     l.save()
