@@ -188,6 +188,10 @@ for p in 1 16; do
 	redis-cli -p "$P1" RL.POLICY SET "bench:policy-p$p:*" 1000000000 1s >/dev/null
 	interleaved "policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
 done
+# The same over a million names (each request almost surely a name not
+# seen in the same script call).
+redis-cli -p "$P1" RL.POLICY SET "bench:policy-1m-p16:*" 1000000000 1s >/dev/null
+interleaved policy-1m-p16 --conns 50 --pipeline 16 --keys 1000000 --setup=false
 
 # The Redis-bound regime: a redis-server capped at 10% of one core, with
 # rlbench and a proxy of its own outside the cap. Redis is the scarce

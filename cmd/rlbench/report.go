@@ -258,6 +258,13 @@ const (
 	// cgroup), rlbench and rlproxy outside it; one hot limiter.
 	scenCappedP1  = "capped-p1"  // 50 conns x 1
 	scenCappedP16 = "capped-p16" // 50 conns x 16
+	// One policy (RL.POLICY) over many names, each request a random name,
+	// against direct GCRA on per-name keys (issue 20).
+	scenPolicyP1        = "policy-p1"         // 50 conns x 1, 10,000 names
+	scenPolicyP16       = "policy-p16"        // 50 conns x 16, 10,000 names
+	scenPolicy1M        = "policy-1m-p16"     // 50 conns x 16, 1,000,000 names
+	scenCappedPolicyP1  = "capped-policy-p1"  // Redis-bound, 50 conns x 1
+	scenCappedPolicyP16 = "capped-policy-p16" // Redis-bound, 50 conns x 16
 	// 1 conn x 1 on a SHARDS 4 limiter that denies everything, max_probes
 	// 2, deny cache off: script calls per denied acquire.
 	scenProbeDeny = "probe-deny"
@@ -387,6 +394,39 @@ func targets(sum Summary) []Target {
 		t := throughput(c.id, c.what+": rlproxy / direct throughput", d, p, c.goal)
 		t.Measured += fmt.Sprintf("; Redis CPU per request %.2f us (direct %.2f us)", p.RedisCPUPerRequestUs, d.RedisCPUPerRequestUs)
 		out = append(out, t)
+	}
+	for _, c := range []struct {
+		id, name, what string
+		goal           float64
+	}{
+		{"10", scenCappedPolicyP1, "Redis-bound, one policy over 10,000 names, 50 conns, no pipelining", 3},
+		{"10b", scenCappedPolicyP16, "Redis-bound, one policy over 10,000 names, 50 conns x pipeline 16", 10},
+	} {
+		d, p := pair(c.name)
+		if d == nil || p == nil {
+			out = append(out, na(c.id, c.what+": rlproxy / direct throughput", fmt.Sprintf(">= %.2fx", c.goal)))
+			continue
+		}
+		t := throughput(c.id, c.what+": rlproxy / direct throughput", d, p, c.goal)
+		t.Measured += fmt.Sprintf("; Redis CPU per request %.2f us (direct %.2f us); %.4f script calls per request",
+			p.RedisCPUPerRequestUs, d.RedisCPUPerRequestUs, p.CallsPerRequest)
+		out = append(out, t)
+	}
+	for _, c := range []struct{ id, name, what string }{
+		{"10c", scenPolicyP1, "one policy over 10,000 names, 50 conns, no pipelining"},
+		{"10d", scenPolicyP16, "one policy over 10,000 names, 50 conns x pipeline 16"},
+		{"10e", scenPolicy1M, "one policy over 1,000,000 names, 50 conns x pipeline 16"},
+	} {
+		d, p := pair(c.name)
+		if d == nil || p == nil {
+			out = append(out, na(c.id, c.what+": Redis CPU per decision", "<= 4 us"))
+			continue
+		}
+		us := p.RedisCPUPerRequestUs
+		out = append(out, Target{c.id, c.what + ": Redis CPU per decision",
+			fmt.Sprintf("%.2f us (direct %.2f us; %.2fx the throughput, %.0f vs %.0f req/s)",
+				us, d.RedisCPUPerRequestUs, ratio(p.OpsPerSec, d.OpsPerSec), p.OpsPerSec, d.OpsPerSec),
+			"<= 4 us", verdict(us > 0 && us <= 4)})
 	}
 	if p := get(scenProbeDeny, "rlproxy"); p != nil {
 		out = append(out, Target{"9", "denied acquire on SHARDS 4, max_probes 2, deny cache off: script calls per denial",
