@@ -73,15 +73,35 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 					}
 				}
 			}
-			// And the state each left behind decides the next ask alike.
-			for i, tw := range twins {
+			// The state each left behind decides the next ask alike, in a
+			// names call of single asks (their short form): grants,
+			// denials (names now full) and more than the burst.
+			var next []limiter.NameAsks
+			for i := range twins {
+				p := int64(1 + 10*(i%3/2)) // 1, 1, 11, ...
 				n := r.open(t, fmt.Sprintf("%s:n:%d", algo, i), algo, "e1")
-				one := []limiter.Ask{ask(1)}
-				got := n.call(limiter.OpAcquire, one, limiter.AcquireArgs(conf, one)).Results[0]
-				w := tw.call(limiter.OpAcquire, one, limiter.AcquireArgs(conf, one)).Results[0]
-				if got.Granted != w.Granted || got.Remaining != w.Remaining {
-					t.Errorf("name %d after the call: granted %v remaining %d, twin granted %v remaining %d",
-						i, got.Granted, got.Remaining, w.Granted, w.Remaining)
+				next = append(next, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(p)}})
+			}
+			next = append(next, limiter.NameAsks{Keys: x.keys(), Asks: []limiter.Ask{ask(1)}}) // explicit, last
+			keys, args = limiter.NamesArgs(conf, next)
+			if v, err = script.Run(t.Context(), r.rdb, keys, args...).Result(); err != nil {
+				t.Fatal(err)
+			}
+			if reps, err = limiter.DecodeNames(v, next); err != nil {
+				t.Fatal(err)
+			}
+			if st := reps[len(twins)].Status; st != limiter.StatusEpochChange {
+				t.Errorf("explicit name, single ask: status %d, want %d", st, limiter.StatusEpochChange)
+			}
+			for i, tw := range twins {
+				got := reps[i].Results[0]
+				w := tw.call(limiter.OpAcquire, next[i].Asks, limiter.AcquireArgs(conf, next[i].Asks)).Results[0]
+				// The durations count from each call's own time: alike within
+				// the time between the calls.
+				near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
+				if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
+					!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
+					t.Errorf("name %d, single ask of %d: %+v, alone %+v", i, next[i].Asks[0].Permits, got, w)
 				}
 			}
 		})

@@ -8,10 +8,13 @@
 -- ARGV[1]  'acquire'
 -- ARGV[3]  keys per name
 -- ARGV[4..] per name: its number of runs, then each run as in prelude.lua
---           (permits, max_wait_ms = 0, count)
+--           (permits, max_wait_ms = 0, count); or, for a name asked once
+--           (the usual case), minus the permits asked, alone
 -- Reply: {0, epoch, per name: 0 and 8 integers per run as prelude.lua
---        describes, or 2 when the name has a config of its own (an
---        explicit limiter wins: the caller decides it alone)}
+--        describes (asked once: 4, granted, remaining, retry_after_us,
+--        reset_after_us, of the grant or the denial), or 2 when the name
+--        has a config of its own (an explicit limiter wins: the caller
+--        decides it alone)}
 local per = tonumber(ARGV[3])
 local out = {0, conf[1]}
 local nk = #KEYS
@@ -51,19 +54,35 @@ local a, base = 4, 0
 while a <= #ARGV do
   local runs = tonumber(ARGV[a])
   a = a + 1
+  local single = runs < 0
+  if single then runs = 1 end
   for j = 1, per do keys[j] = KEYS[base + j] end
   base = base + per
   if explicit and base > per and redis.call('EXISTS', keys[1]) == 1 then
     out[#out + 1] = 2
-    a = a + 3 * runs
+    if not single then a = a + 3 * runs end
   else
     out[#out + 1] = 0
     l.load()
     for _ = 1, runs do
-      local n, count = tonumber(ARGV[a]), tonumber(ARGV[a + 2])
-      a = a + 3
+      local n, count = 0, 1
+      if single then
+        n = -tonumber(ARGV[a - 1])
+      else
+        n, count = tonumber(ARGV[a]), tonumber(ARGV[a + 2])
+        a = a + 3
+      end
       local o = #out
-      if n > l.capacity then
+      if single then
+        local granted, remaining, retry_us, reset_us = -1, l.available(), 0, 0
+        if n <= l.capacity then
+          granted, remaining, retry_us, reset_us = l.try(n, 0)
+        end
+        out[o + 1] = granted
+        out[o + 2] = math.floor(remaining + EPS)
+        out[o + 3] = us(retry_us)
+        out[o + 4] = us(reset_us)
+      elseif n > l.capacity then
         out[o + 1] = -1
         out[o + 2] = math.floor(l.available() + EPS)
         for k = 3, 8 do out[o + k] = 0 end
