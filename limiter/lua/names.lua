@@ -26,7 +26,11 @@ end
 
 -- The other names' config keys, with one EXISTS: when none has a config
 -- of its own (the usual case) no name needs its own EXISTS. (prelude.lua
--- checked the first.) Then every state key with one MGET, for get().
+-- checked the first.) Checked here, at decision time, so that an explicit
+-- limiter wins at once on every proxy; a set of explicit names would cost
+-- a SISMEMBER per name and upkeep on every RL.SETRATE, RL.DEL and config
+-- expiry, and a proxy's own cache cannot see another proxy's RL.SETRATE.
+-- Then every state key with one MGET, for get().
 local explicit = false
 if nk > per then
   local conf_keys = {}
