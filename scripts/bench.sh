@@ -14,7 +14,8 @@
 # Knobs (environment): BENCH_ROUNDS (3), BENCH_SECONDS (4, per run),
 # BENCH_DENY_RATE (1000 permits/s), BENCH_NODES (4, for the scaling run),
 # BENCH_GO (1: also run the Go benchmarks), BENCH_MEMORY (1: also
-# scripts/memory.sh, the proxy's RSS per limiter), BENCH_OUT (bench-results),
+# scripts/memory.sh: the proxy's RSS per limiter, Redis's memory per policy
+# name), BENCH_OUT (bench-results),
 # BENCH_RLPROXY (a prebuilt rlproxy binary to measure instead of this
 # tree's: the same suite on an older version, for before/after tables).
 # The Redis-bound runs (capped-*) need a writable cgroup cpu controller
