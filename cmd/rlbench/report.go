@@ -147,7 +147,8 @@ func summarize(results []Result) Summary {
 
 // scenarioOrder is the order the report lists scenarios in; others follow.
 var scenarioOrder = []string{scenHotPipelined, scenHotPlain, scenPing, scenDenyP16, scenDenyP1, scenLight,
-	scenCappedP1, scenCappedP16, scenProbeDeny, "clients-", "scale-"}
+	scenCappedP1, scenCappedP16, scenPolicyP1, scenPolicyP16, scenPolicy1M, scenCappedPolicyP1, scenCappedPolicyP16,
+	scenProbeDeny, "clients-", "scale-"}
 
 // compareScenarios orders scenarios as scenarioOrder does, then by name
 // with numbers compared as numbers (clients-10 before clients-100).
@@ -450,16 +451,16 @@ func targets(sum Summary) []Target {
 func printSummary(w io.Writer, sum Summary) {
 	fmt.Fprintf(w, "\nMedians per scenario (%d CPUs: rlbench, redis-server and rlproxy all share them,\n", sum.CPUs)
 	fmt.Fprintf(w, "so absolute numbers are lower than on separate machines; ratios are side by side).\n\n")
-	fmt.Fprintf(w, "%-10s %-7s %7s %4s %6s %10s %9s %9s %9s %8s %8s %8s %8s %9s %7s\n",
+	fmt.Fprintf(w, "%-17s %-7s %7s %4s %7s %10s %9s %9s %9s %8s %8s %8s %8s %9s %7s\n",
 		"scenario", "mode", "conns", "pipe", "keys", "req/s", "p50 us", "p99 us", "p999 us",
 		"redis/rq", "redis/gr", "proxy/rq", "bench/rq", "calls/den", "denied")
 	for _, s := range sum.Scenarios {
-		fmt.Fprintf(w, "%-10s %-7s %7d %4d %6d %10.0f %9.1f %9.1f %9.1f %8.3f %8.3f %8.3f %8.3f %9.4f %6.1f%%\n",
+		fmt.Fprintf(w, "%-17s %-7s %7d %4d %7d %10.0f %9.1f %9.1f %9.1f %8.3f %8.3f %8.3f %8.3f %9.4f %6.1f%%\n",
 			s.Name, s.Mode, s.Conns, s.Pipeline, s.Keys, s.OpsPerSec, s.P50Us, s.P99Us, s.P999Us,
 			s.RedisCPUPerRequestUs, s.RedisCPUPerGrantUs, s.ProxyCPUPerRequestUs, s.SelfCPUPerRequestUs,
 			s.CallsPerDenied, 100*s.DeniedFraction)
 		if s.Errors > 0 {
-			fmt.Fprintf(w, "           %d errors, first: %s\n", s.Errors, s.FirstError)
+			fmt.Fprintf(w, "                  %d errors, first: %s\n", s.Errors, s.FirstError)
 		}
 	}
 	fmt.Fprintf(w, "\n(CPU columns are microseconds per request: redis/rq Redis, redis/gr Redis per grant,\n")
