@@ -90,7 +90,11 @@ func DecodeNames(v any, names []NameAsks) ([]Reply, error) {
 			}
 			continue
 		}
-		size := runValues * (len(AcquireArgs("", n.Asks)) - 2) / 3
+		runs := 0
+		for j := 0; j < len(n.Asks); j = runEnd(n.Asks, j) {
+			runs++
+		}
+		size := runValues * runs
 		if len(rest) < size {
 			return nil, fmt.Errorf("names script: reply too short for name %d", i)
 		}
