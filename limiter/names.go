@@ -15,12 +15,25 @@ func NamesArgs(conf string, names []NameAsks) (keys []string, args []any) {
 	args = []any{string(OpAcquire), conf, len(names[0].Keys)}
 	for _, n := range names {
 		keys = append(keys, n.Keys...)
+		if single(n.Asks) {
+			args = append(args, -n.Asks[0].Permits)
+			continue
+		}
 		runs := AcquireArgs("", n.Asks)[2:]
 		args = append(args, len(runs)/3)
 		args = append(args, runs...)
 	}
 	return keys, args
 }
+
+// single reports whether asks go in a names call's short form: one ask
+// that does not wait (its reply is 4 values, not a run's 8).
+func single(asks []Ask) bool {
+	return len(asks) == 1 && asks[0].MaxWait == 0 && asks[0].Permits > 0
+}
+
+// singleValues is the number of reply values of a name asked once.
+const singleValues = 4
 
 // DecodeNames decodes the reply of a names call into one Reply per name:
 // its Results, or StatusEpochChange when the name has a config of its own
@@ -55,7 +68,33 @@ func DecodeNames(v any, names []NameAsks) ([]Reply, error) {
 			out[i].Status = Status(st)
 			continue
 		}
-		size := runValues * (len(AcquireArgs("", n.Asks)) - 2) / 3
+		if single(n.Asks) {
+			if len(rest) < singleValues {
+				return nil, fmt.Errorf("names script: reply too short for name %d", i)
+			}
+			var f [singleValues]int64
+			for k := range f {
+				if f[k], err = toInt(rest[k]); err != nil {
+					return nil, fmt.Errorf("names script: name %d: %w", i, err)
+				}
+			}
+			rest = rest[singleValues:]
+			// As a run of one: granted, remaining, retry, reset are the
+			// grant's (first = last) or the denial's.
+			run := []any{f[0], f[1], f[2], f[3], f[3], int64(0), int64(0), int64(0)}
+			if f[0] == 0 {
+				run = []any{f[0], int64(0), int64(0), int64(0), int64(0), f[1], f[2], f[3]}
+			}
+			if out[i], err = DecodeReply(append([]any{int64(0), arr[1]}, run...), OpAcquire, n.Asks); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		runs := 0
+		for j := 0; j < len(n.Asks); j = runEnd(n.Asks, j) {
+			runs++
+		}
+		size := runValues * runs
 		if len(rest) < size {
 			return nil, fmt.Errorf("names script: reply too short for name %d", i)
 		}

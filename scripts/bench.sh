@@ -14,7 +14,8 @@
 # Knobs (environment): BENCH_ROUNDS (3), BENCH_SECONDS (4, per run),
 # BENCH_DENY_RATE (1000 permits/s), BENCH_NODES (4, for the scaling run),
 # BENCH_GO (1: also run the Go benchmarks), BENCH_MEMORY (1: also
-# scripts/memory.sh, the proxy's RSS per limiter), BENCH_OUT (bench-results),
+# scripts/memory.sh: the proxy's RSS per limiter, Redis's memory per policy
+# name), BENCH_OUT (bench-results),
 # BENCH_RLPROXY (a prebuilt rlproxy binary to measure instead of this
 # tree's: the same suite on an older version, for before/after tables).
 # The Redis-bound runs (capped-*) need a writable cgroup cpu controller
@@ -188,6 +189,10 @@ for p in 1 16; do
 	redis-cli -p "$P1" RL.POLICY SET "bench:policy-p$p:*" 1000000000 1s >/dev/null
 	interleaved "policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
 done
+# The same over a million names (each request almost surely a name not
+# seen in the same script call).
+redis-cli -p "$P1" RL.POLICY SET "bench:policy-1m-p16:*" 1000000000 1s >/dev/null
+interleaved policy-1m-p16 --conns 50 --pipeline 16 --keys 1000000 --setup=false
 
 # The Redis-bound regime: a redis-server capped at 10% of one core, with
 # rlbench and a proxy of its own outside the cap. Redis is the scarce

@@ -10,16 +10,23 @@
 #     connections, pipelines of 16; 3 acquires a name on average, so 95%
 #     of the names are used): target <= 150 MB, and flat between 100,000
 #     names and all of them;
+#   - Redis's memory per name under a policy (RL.POLICY SET 100 1h, each
+#     of MEM_REDIS_NAMES (10000) names acquired once), for every
+#     algorithm, and per key of the direct baseline (rlbench's minimal
+#     GCRA, EVALSHA on key u:<n>; the policies' names are as long: t:<n>,
+#     l:<n>, ...), each on a fresh redis-server (used_memory before and
+#     after): target token-bucket <= 1.1x GCRA;
 # each on a fresh redis-server and rlproxy. Commands go in with
 # redis-cli --pipe. Prints one line per case; exits non-zero when a
 # target is missed. MEM_RLPROXY: a prebuilt rlproxy to measure instead;
-# MEM_CASES: some of "heavy ordinary policy" (default: all).
+# MEM_CASES: some of "heavy ordinary policy redis" (default: all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 NAMES=${MEM_NAMES:-300000}
 POLICY_NAMES=${MEM_POLICY_NAMES:-1000000}
-CASES=${MEM_CASES:-heavy ordinary policy}
+REDIS_NAMES=${MEM_REDIS_NAMES:-10000}
+CASES=${MEM_CASES:-heavy ordinary policy redis}
 GO=${GO:-go}
 work=$(mktemp -d "${TMPDIR:-/tmp}/rlmem.XXXXXX")
 pids=()
@@ -149,7 +156,62 @@ else:
 PY
 }
 
+# redis_per_name: the Redis side (see the head of this file). Each
+# algorithm and the baseline on a fresh redis-server: Redis's key tables
+# grow in steps, which would land on whichever ran when one doubled.
+redis_per_name() {
+	local rport pport ppid sha gcra tb=0 algo p b
+	# fresh: a new redis-server (and rlproxy) on rport (pport, ppid).
+	fresh() {
+		rport=$(free_port)
+		redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+			--daemonize no --dir "$work" --logfile "$work/redis.log" &
+		pids+=($!)
+		wait_ready "$rport"
+		pport=$(free_port)
+		"$work/rlproxy" --listen "127.0.0.1:$pport" --backend "redis://127.0.0.1:$rport" --log-level warn 2>"$work/rlproxy.log" &
+		ppid=$!
+		pids+=("$ppid")
+		wait_ready "$pport"
+	}
+	used() { redis-cli -p "$rport" info memory | awk -F: '/^used_memory:/ {print $2 + 0}'; }
+	# per_name PORT CMD...: bytes per name that the commands CMD prints,
+	# sent to PORT, add (used_memory).
+	per_name() {
+		local port=$1 before
+		shift
+		before=$(used)
+		"$@" | redis-cli -p "$port" >/dev/null
+		awk -v a="$(used)" -v b="$before" -v n="$REDIS_NAMES" 'BEGIN { printf "%.0f", (a - b) / n }'
+	}
+	gcra_cmds() { seq 0 $((REDIS_NAMES - 1)) | awk -v s="$sha" '{print "EVALSHA " s " 1 u:" $1 " 100 100 3600000 1"}'; }
+	acquire_cmds() { seq 0 $((REDIS_NAMES - 1)) | awk -v p="$p" '{print "RL.ACQUIRE " p ":" $1}'; }
+	fresh
+	sed -n '/^const gcraScript = `/,/^`/p' cmd/rlbench/gcra.go | sed '1d;$d' >"$work/gcra.lua"
+	sha=$(redis-cli -p "$rport" -x SCRIPT LOAD <"$work/gcra.lua")
+	gcra=$(per_name "$rport" gcra_cmds)
+	printf 'memory: Redis per name, %s names: direct GCRA key %s B\n' "$REDIS_NAMES" "$gcra"
+	for algo in token-bucket leaky-bucket fixed-window sliding-window sliding-log; do
+		kill "$ppid"
+		fresh
+		p=${algo:0:1}
+		[ "$algo" = sliding-window ] && p=w
+		redis-cli -p "$pport" RL.POLICY SET "$p:*" 100 1h ALGO "$algo" >/dev/null
+		redis-cli -p "$pport" RL.ACQUIRE "$p:warm" >/dev/null
+		b=$(per_name "$pport" acquire_cmds)
+		[ "$algo" = token-bucket ] && tb=$b
+		printf 'memory: Redis per name, %s names: policy %-14s %4s B (%s x the GCRA key)\n' "$REDIS_NAMES" "$algo" "$b" \
+			"$(awk -v a="$b" -v g="$gcra" 'BEGIN { printf "%.2f", a / g }')"
+	done
+	if awk -v a="$tb" -v g="$gcra" 'BEGIN { exit !(a > 1.1 * g) }'; then
+		printf 'memory: Redis per name: token-bucket %s B is OVER the target (<= 1.1 x GCRA %s B)\n' "$tb" "$gcra"
+		failed=1
+	fi
+	kill "$ppid"
+}
+
 case " $CASES " in *" heavy "*) run "100 limiters: 512-byte names, SHARDS 1024, 8 limits" 100 heavy ;; esac
 case " $CASES " in *" ordinary "*) run "$NAMES ordinary limiters" 300 ordinary ;; esac
 case " $CASES " in *" policy "*) run "$POLICY_NAMES names under one policy" 150 policy ;; esac
+case " $CASES " in *" redis "*) redis_per_name ;; esac
 exit $failed

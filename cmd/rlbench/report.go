@@ -147,7 +147,8 @@ func summarize(results []Result) Summary {
 
 // scenarioOrder is the order the report lists scenarios in; others follow.
 var scenarioOrder = []string{scenHotPipelined, scenHotPlain, scenPing, scenDenyP16, scenDenyP1, scenLight,
-	scenCappedP1, scenCappedP16, scenProbeDeny, "clients-", "scale-"}
+	scenCappedP1, scenCappedP16, scenPolicyP1, scenPolicyP16, scenPolicy1M, scenCappedPolicyP1, scenCappedPolicyP16,
+	scenProbeDeny, "clients-", "scale-"}
 
 // compareScenarios orders scenarios as scenarioOrder does, then by name
 // with numbers compared as numbers (clients-10 before clients-100).
@@ -258,6 +259,13 @@ const (
 	// cgroup), rlbench and rlproxy outside it; one hot limiter.
 	scenCappedP1  = "capped-p1"  // 50 conns x 1
 	scenCappedP16 = "capped-p16" // 50 conns x 16
+	// One policy (RL.POLICY) over many names, each request a random name,
+	// against direct GCRA on per-name keys (issue 20).
+	scenPolicyP1        = "policy-p1"         // 50 conns x 1, 10,000 names
+	scenPolicyP16       = "policy-p16"        // 50 conns x 16, 10,000 names
+	scenPolicy1M        = "policy-1m-p16"     // 50 conns x 16, 1,000,000 names
+	scenCappedPolicyP1  = "capped-policy-p1"  // Redis-bound, 50 conns x 1
+	scenCappedPolicyP16 = "capped-policy-p16" // Redis-bound, 50 conns x 16
 	// 1 conn x 1 on a SHARDS 4 limiter that denies everything, max_probes
 	// 2, deny cache off: script calls per denied acquire.
 	scenProbeDeny = "probe-deny"
@@ -388,6 +396,39 @@ func targets(sum Summary) []Target {
 		t.Measured += fmt.Sprintf("; Redis CPU per request %.2f us (direct %.2f us)", p.RedisCPUPerRequestUs, d.RedisCPUPerRequestUs)
 		out = append(out, t)
 	}
+	for _, c := range []struct {
+		id, name, what string
+		goal           float64
+	}{
+		{"10", scenCappedPolicyP1, "Redis-bound, one policy over 10,000 names, 50 conns, no pipelining", 3},
+		{"10b", scenCappedPolicyP16, "Redis-bound, one policy over 10,000 names, 50 conns x pipeline 16", 10},
+	} {
+		d, p := pair(c.name)
+		if d == nil || p == nil {
+			out = append(out, na(c.id, c.what+": rlproxy / direct throughput", fmt.Sprintf(">= %.2fx", c.goal)))
+			continue
+		}
+		t := throughput(c.id, c.what+": rlproxy / direct throughput", d, p, c.goal)
+		t.Measured += fmt.Sprintf("; Redis CPU per request %.2f us (direct %.2f us); %.4f script calls per request",
+			p.RedisCPUPerRequestUs, d.RedisCPUPerRequestUs, p.CallsPerRequest)
+		out = append(out, t)
+	}
+	for _, c := range []struct{ id, name, what string }{
+		{"10c", scenPolicyP1, "one policy over 10,000 names, 50 conns, no pipelining"},
+		{"10d", scenPolicyP16, "one policy over 10,000 names, 50 conns x pipeline 16"},
+		{"10e", scenPolicy1M, "one policy over 1,000,000 names, 50 conns x pipeline 16"},
+	} {
+		d, p := pair(c.name)
+		if d == nil || p == nil {
+			out = append(out, na(c.id, c.what+": Redis CPU per decision", "<= 4 us"))
+			continue
+		}
+		us := p.RedisCPUPerRequestUs
+		out = append(out, Target{c.id, c.what + ": Redis CPU per decision",
+			fmt.Sprintf("%.2f us (direct %.2f us; %.2fx the throughput, %.0f vs %.0f req/s)",
+				us, d.RedisCPUPerRequestUs, ratio(p.OpsPerSec, d.OpsPerSec), p.OpsPerSec, d.OpsPerSec),
+			"<= 4 us", verdict(us > 0 && us <= 4)})
+	}
 	if p := get(scenProbeDeny, "rlproxy"); p != nil {
 		out = append(out, Target{"9", "denied acquire on SHARDS 4, max_probes 2, deny cache off: script calls per denial",
 			fmt.Sprintf("%.3f (%.1f%% denied)", p.CallsPerDenied, 100*p.DeniedFraction),
@@ -410,16 +451,16 @@ func targets(sum Summary) []Target {
 func printSummary(w io.Writer, sum Summary) {
 	fmt.Fprintf(w, "\nMedians per scenario (%d CPUs: rlbench, redis-server and rlproxy all share them,\n", sum.CPUs)
 	fmt.Fprintf(w, "so absolute numbers are lower than on separate machines; ratios are side by side).\n\n")
-	fmt.Fprintf(w, "%-10s %-7s %7s %4s %6s %10s %9s %9s %9s %8s %8s %8s %8s %9s %7s\n",
+	fmt.Fprintf(w, "%-17s %-7s %7s %4s %7s %10s %9s %9s %9s %8s %8s %8s %8s %9s %7s\n",
 		"scenario", "mode", "conns", "pipe", "keys", "req/s", "p50 us", "p99 us", "p999 us",
 		"redis/rq", "redis/gr", "proxy/rq", "bench/rq", "calls/den", "denied")
 	for _, s := range sum.Scenarios {
-		fmt.Fprintf(w, "%-10s %-7s %7d %4d %6d %10.0f %9.1f %9.1f %9.1f %8.3f %8.3f %8.3f %8.3f %9.4f %6.1f%%\n",
+		fmt.Fprintf(w, "%-17s %-7s %7d %4d %7d %10.0f %9.1f %9.1f %9.1f %8.3f %8.3f %8.3f %8.3f %9.4f %6.1f%%\n",
 			s.Name, s.Mode, s.Conns, s.Pipeline, s.Keys, s.OpsPerSec, s.P50Us, s.P99Us, s.P999Us,
 			s.RedisCPUPerRequestUs, s.RedisCPUPerGrantUs, s.ProxyCPUPerRequestUs, s.SelfCPUPerRequestUs,
 			s.CallsPerDenied, 100*s.DeniedFraction)
 		if s.Errors > 0 {
-			fmt.Fprintf(w, "           %d errors, first: %s\n", s.Errors, s.FirstError)
+			fmt.Fprintf(w, "                  %d errors, first: %s\n", s.Errors, s.FirstError)
 		}
 	}
 	fmt.Fprintf(w, "\n(CPU columns are microseconds per request: redis/rq Redis, redis/gr Redis per grant,\n")

@@ -191,6 +191,14 @@ func TestSummarize(t *testing.T) {
 			r.Shards = 2
 			r.Redis = []NodeResult{{Addr: "a", Calls: 1000}, {Addr: "b", Calls: 0}}
 		}),
+		result(scenCappedPolicyP1, "direct", 4_000, nil),
+		result(scenCappedPolicyP1, "rlproxy", 13_000, nil),
+		result(scenCappedPolicyP16, "direct", 8_000, nil),
+		result(scenCappedPolicyP16, "rlproxy", 12_000, nil),
+		result(scenPolicyP1, "direct", 40_000, func(r *Result) { r.RedisCPUPerRequestUs = 15 }),
+		result(scenPolicyP1, "rlproxy", 30_000, func(r *Result) { r.RedisCPUPerRequestUs = 3.5 }),
+		result(scenPolicy1M, "direct", 90_000, func(r *Result) { r.RedisCPUPerRequestUs = 9 }),
+		result(scenPolicy1M, "rlproxy", 60_000, func(r *Result) { r.RedisCPUPerRequestUs = 7 }),
 		result("clients-100", "direct", 1, nil),
 		result("clients-10", "direct", 1, nil),
 	}
@@ -199,7 +207,7 @@ func TestSummarize(t *testing.T) {
 	for _, s := range sum.Scenarios {
 		names = append(names, s.Name+"/"+s.Mode)
 	}
-	wantOrder := "hot-p16/direct hot-p16/rlproxy hot-p1/direct hot-p1/rlproxy ping-p1/direct ping-p1/rlproxy light/direct light/rlproxy clients-10/direct clients-100/direct scale-hot/rlproxy scale-keys/rlproxy"
+	wantOrder := "hot-p16/direct hot-p16/rlproxy hot-p1/direct hot-p1/rlproxy ping-p1/direct ping-p1/rlproxy light/direct light/rlproxy policy-p1/direct policy-p1/rlproxy policy-1m-p16/direct policy-1m-p16/rlproxy capped-policy-p1/direct capped-policy-p1/rlproxy capped-policy-p16/direct capped-policy-p16/rlproxy clients-10/direct clients-100/direct scale-hot/rlproxy scale-keys/rlproxy"
 	if got := strings.Join(names, " "); got != wantOrder {
 		t.Errorf("order:\n%s\nwant\n%s", got, wantOrder)
 	}
@@ -213,6 +221,8 @@ func TestSummarize(t *testing.T) {
 		"5": "N/A",
 		"6": "FAIL", "6b": "PASS", // 2.4x; 1.5x
 		"7": "PASS", "7b": "FAIL", // 4% off; 100% off
+		"10": "PASS", "10b": "FAIL", // 3.25x; 1.5x
+		"10c": "PASS", "10d": "N/A", "10e": "FAIL", // 3.5 us; not run; 7 us
 		"model": "INFO",
 	} {
 		if verdicts[id] != want {
@@ -225,7 +235,7 @@ func TestSummarize(t *testing.T) {
 
 	var out strings.Builder
 	printSummary(&out, sum)
-	if !strings.Contains(out.String(), "targets: 6 PASS, 4 FAIL") ||
+	if !strings.Contains(out.String(), "targets: 8 PASS, 6 FAIL") ||
 		!strings.Contains(out.String(), "0.88x (70000 vs 80000 req/s; Redis answering PING: 90000 req/s") {
 		t.Errorf("report:\n%s", out.String())
 	}

@@ -22,8 +22,8 @@ local start, count
 local stored -- the state as read, when it is this window's: "start:count"
 
 local function load()
-  start, count = window_of(now, interval), 0
-  local v = redis.call('GET', KEYS[2])
+  start, count, stored = window_of(now, interval), 0, nil
+  local v = get(KEYS[2])
   if v then
     local s, c = string.match(v, '^([^:]+):(.+)$')
     s, c = tonumber(s), tonumber(c)

@@ -25,7 +25,7 @@
 local capacity = burst
 local per_permit = interval / rate -- T, microseconds
 local level -- permits queued
-local load_level, save_level = bucket(KEYS[2], per_permit)
+local load_level, save_level = bucket(KEYS, per_permit)
 
 local function load()
   level = load_level()

@@ -98,12 +98,28 @@ local function keep(key, value, us, stored)
   end
 end
 
+-- String state is read through get(): names.lua fetches every name's
+-- state keys with one MGET first (a redis.call costs about as much as
+-- the rest of a name's decision) and leaves the values in prefetched,
+-- each used once; other scripts leave it nil and read with GET.
+local prefetched
+local function get(key)
+  if prefetched then
+    local v = prefetched[key]
+    if v ~= nil then
+      prefetched[key] = nil
+      return v
+    end
+  end
+  return redis.call('GET', key)
+end
+
 -- Reads a "level:ts" state (permits held at time ts, in microseconds) and
 -- drains it at one permit per per_permit microseconds up to now. The
 -- clock may step back after a failover; time never runs backwards here.
 local function drained(key, per_permit)
   local level, ts = 0, now
-  local v = redis.call('GET', key)
+  local v = get(key)
   if v then
     local l, t = string.match(v, '^([^:]+):(.+)$')
     level, ts = tonumber(l) or 0, tonumber(t) or now
@@ -144,19 +160,21 @@ local function window_of(t, span)
 end
 
 -- The state of the bucket algorithms (token-bucket, leaky-bucket): a
--- "level:ts" string in key, draining one permit per per_permit
+-- "level:ts" string in keys[2], draining one permit per per_permit
 -- microseconds; level is what the bucket holds (permits in use, or
 -- queued). bucket returns its load() (the level now) and save(level).
-local function bucket(key, per_permit)
+-- The key is read at each load and save: names.lua reuses one limit for
+-- every name of its call, changing keys in between.
+local function bucket(keys, per_permit)
   local ts, loaded
   local function load()
     local level
-    level, ts = drained(key, per_permit)
+    level, ts = drained(keys[2], per_permit)
     loaded = level
     return level
   end
   local function save(level)
-    keep_drained(key, level, loaded, ts, per_permit)
+    keep_drained(keys[2], level, loaded, ts, per_permit)
   end
   return load, save
 end

@@ -15,6 +15,7 @@ local function permits_of(member)
 end
 
 local function load()
+  now_ms = math.floor(now / 1000)
   local newest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   -- The clock may step back after a failover; time never runs backwards here.
   if newest[2] and tonumber(newest[2]) > now_ms then

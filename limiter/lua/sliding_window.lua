@@ -23,8 +23,8 @@ local start, prev, cur
 local stored -- the state as read, when it is this window's: "start:prev:cur"
 
 local function load()
-  start, prev, cur = window_of(now, interval), 0, 0
-  local v = redis.call('GET', KEYS[2])
+  start, prev, cur, stored = window_of(now, interval), 0, 0, nil
+  local v = get(KEYS[2])
   if not v then return end
   local s, p, c = string.match(v, '^([^:]+):([^:]+):(.+)$')
   s, p, c = tonumber(s), tonumber(p), tonumber(c)

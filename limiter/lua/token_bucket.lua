@@ -7,7 +7,7 @@
 local capacity = burst
 local per_permit = interval / rate -- microseconds to refill one permit
 local level -- permits in use
-local load_level, save_level = bucket(KEYS[2], per_permit)
+local load_level, save_level = bucket(KEYS, per_permit)
 
 local function load()
   level = load_level()
