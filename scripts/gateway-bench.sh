@@ -27,28 +27,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-	local port
-	for _ in $(seq 100); do
-		port=$((20000 + RANDOM % 12000)) # below the ephemeral range
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			echo "$port"
-			return
-		fi
-	done
-	echo "no free port" >&2
-	exit 1
-}
-wait_ready() { for _ in $(seq 100); do redis-cli -p "$1" PING >/dev/null 2>&1 && return; sleep 0.05; done; echo "port $1 not ready" >&2; exit 1; }
-
-start_redis() {
-	REDIS_PORT=$(free_port)
-	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
-		--logfile "$work/redis-$REDIS_PORT.log" &
-	pids+=($!)
-	REDIS_PID=$!
-	wait_ready "$REDIS_PORT"
-}
+me=gateway-bench
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 start_gateway() {
 	GW_PORT=$(free_port)
@@ -56,21 +37,6 @@ start_gateway() {
 		--log-level warn 2>"$work/rlproxy-$GW_PORT.log" &
 	pids+=($!)
 	wait_ready "$GW_PORT"
-}
-
-# cap_cpu PID: 10% of one core (as scripts/bench.sh).
-cap_cpu() {
-	local v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup
-	if [ -w "$v1" ] && [ -e "$v1/cpu.cfs_quota_us" ]; then
-		cgroup=$v1/gwbench-$$
-		mkdir -p "$cgroup" && echo 10000 >"$cgroup/cpu.cfs_period_us" &&
-			echo 1000 >"$cgroup/cpu.cfs_quota_us" && echo "$1" >"$cgroup/tasks" && return 0
-	elif [ -w "$v2" ] && grep -qw cpu "$v2/cgroup.controllers" 2>/dev/null; then
-		cgroup=$v2/gwbench-$$
-		mkdir -p "$cgroup" && echo "1000 10000" >"$cgroup/cpu.max" && echo "$1" >"$cgroup/cgroup.procs" && return 0
-	fi
-	echo "gateway-bench: no writable cgroup cpu controller: skipping the capped runs" >&2
-	return 1
 }
 
 # redis_cpu PORT: Redis's CPU seconds so far (user + sys).

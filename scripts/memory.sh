@@ -38,28 +38,9 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-say() { printf '%s\n' "$*" >&2; }
-
-free_port() {
-	local port
-	for _ in $(seq 100); do
-		port=$((20000 + RANDOM % 12000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			echo "$port"
-			return
-		fi
-	done
-	say "memory: no free port found"
-	exit 1
-}
-wait_ready() {
-	for _ in $(seq 100); do
-		[ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ] && return
-		sleep 0.1
-	done
-	say "memory: nothing answers on 127.0.0.1:$1"
-	exit 1
-}
+me=memory
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 rss_mb() { awk '/^VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
 if [ -n "${MEM_RLPROXY:-}" ]; then
