@@ -40,8 +40,10 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	}()
 	q := c.replies
 	q.hold()
+	forwarded := false
 	for i := 0; i < len(calls) && !c.quit; {
 		if s.forwards(c, calls[i]) {
+			forwarded = true
 			j := i + 1
 			for j < len(calls) && s.forwards(c, calls[j]) {
 				j++
@@ -85,6 +87,13 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 			s.drain.busy.Add(-1)
 		})
 		i = j
+	}
+	if len(calls) > 1 && !forwarded {
+		// A pipeline's replies go out in one write from this goroutine,
+		// the client's own: left to the goroutine that decided a batch,
+		// the writes to every client of that batch would queue up on it
+		// (a lone call's reply is still written by whoever decides it).
+		q.waitFilled()
 	}
 	q.release()
 	if c.quit {
