@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/internal/keyslot"
 )
 
 // slots is a Redis Cluster's slot map: which primary serves each slot.
@@ -92,28 +93,6 @@ func (m *slots) moved(slot int, addr string) {
 	m.mu.Unlock()
 }
 
-// keySlot is the Redis Cluster slot of a key: CRC-16/XMODEM of its hash
-// tag (the part between the first '{' and the next '}', when not empty).
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc % 16384)
-}
-
 // keyspaceWide are the keyless commands that would need every node.
 var keyspaceWide = map[string]bool{"KEYS": true, "SCAN": true, "DBSIZE": true, "RANDOMKEY": true, "FLUSHDB": true, "FLUSHALL": true}
 
@@ -142,9 +121,9 @@ func route(name string, args []string) (int, []byte) {
 	if len(keys) == 0 {
 		return -1, nil
 	}
-	slot := keySlot(keys[0])
+	slot := keyslot.Of(keys[0])
 	for _, k := range keys[1:] {
-		if keySlot(k) != slot {
+		if keyslot.Of(k) != slot {
 			return 0, errCrossSlot
 		}
 	}

@@ -1,8 +1,8 @@
-package redistest
+package keyslot
 
 import "testing"
 
-func TestKeySlot(t *testing.T) {
+func TestOf(t *testing.T) {
 	// Answers of CLUSTER KEYSLOT on redis-server 7.0 (the first two are in
 	// the Redis documentation).
 	for key, want := range map[string]int{
@@ -13,8 +13,8 @@ func TestKeySlot(t *testing.T) {
 		"{a%7Db:0}:c":   6947,
 		"":              0,
 	} {
-		if got := KeySlot(key); got != want {
-			t.Errorf("KeySlot(%q) = %d, want %d", key, got, want)
+		if got := Of(key); got != want {
+			t.Errorf("Of(%q) = %d, want %d", key, got, want)
 		}
 	}
 }
