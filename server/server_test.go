@@ -1155,6 +1155,13 @@ func clientFields(t *testing.T, reply string) map[string]string {
 func TestClientListWhileOthersChange(t *testing.T) {
 	s := startServer(t, Options{}, nil)
 	lister, changer := dial(t, s), dial(t, s)
+	// A reply proves the server has taken the connection in (a dial
+	// returns once the kernel accepted it, maybe before the server did).
+	for _, c := range []*raw{lister, changer} {
+		if got := c.do("PING"); got != "+PONG\r\n" {
+			t.Fatalf("PING: %q", got)
+		}
+	}
 	const rounds = 200
 	var wg sync.WaitGroup
 	wg.Add(1)
