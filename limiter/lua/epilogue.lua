@@ -18,14 +18,6 @@ load()
 local out = {0, conf[1]}
 local op = ARGV[1]
 
--- Whole microseconds, rounded up (0 stays 0). The noise absorbed is ms()'s
--- (EPS ms), so rounding these µs up to ms gives what ms() gives: a day
--- computed as 86400000000.00002 µs is still 86400000 ms.
-local function us(x)
-  if x <= 0 then return 0 end
-  return math.ceil(x - 1000 * EPS)
-end
-
 if op == 'acquire' then
   -- Runs of identical requests, each decided in order: once one is
   -- denied, the rest of its run would be denied the same way (a denial
@@ -33,38 +25,9 @@ if op == 'acquire' then
   -- first and last grant, and the denial.
   for i = 3, #ARGV, 3 do
     local n, wait_us, count = tonumber(ARGV[i]), tonumber(ARGV[i + 1]) * 1000, tonumber(ARGV[i + 2])
-    if n > capacity then
-      out[#out + 1] = -1
-      out[#out + 1] = math.floor(available() + EPS)
-      for _ = 1, 6 do out[#out + 1] = 0 end
-    else
-      local g, first_rem, first_retry, first_reset, last_reset = 0, 0, 0, 0, 0
-      local granted, remaining, retry_us, reset_us
-      if try_run and wait_us == 0 and count > 1 then
-        g, first_rem, first_reset, last_reset = try_run(n, count)
-      end
-      while g < count do
-        granted, remaining, retry_us, reset_us = try(n, wait_us)
-        if granted ~= 1 then break end
-        if g == 0 then
-          first_rem, first_retry, first_reset = remaining, retry_us, reset_us
-        end
-        last_reset = reset_us
-        g = g + 1
-      end
-      local deny_rem, deny_retry, deny_reset = 0, 0, 0
-      if g < count then
-        deny_rem, deny_retry, deny_reset = remaining, retry_us, reset_us
-      end
-      out[#out + 1] = g
-      out[#out + 1] = math.floor(first_rem + EPS)
-      out[#out + 1] = us(first_retry)
-      out[#out + 1] = us(first_reset)
-      out[#out + 1] = us(last_reset)
-      out[#out + 1] = math.floor(deny_rem + EPS)
-      out[#out + 1] = us(deny_retry)
-      out[#out + 1] = us(deny_reset)
-    end
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
+      decide_run(try, try_run, capacity, available, n, wait_us, count)
   end
 elseif op == 'charge' then
   local remaining, reset_us = charge(tonumber(ARGV[3]))

@@ -19,11 +19,6 @@ local per = tonumber(ARGV[3])
 local out = {0, conf[1]}
 local nk = #KEYS
 
-local function us(x)
-  if x <= 0 then return 0 end
-  return math.ceil(x - 1000 * EPS)
-end
-
 -- The other names' config keys, with one EXISTS: when none has a config
 -- of its own (the usual case) no name needs its own EXISTS. (prelude.lua
 -- checked the first.) Checked here, at decision time, so that an explicit
@@ -86,37 +81,9 @@ while a <= #ARGV do
         out[o + 2] = math.floor(remaining + EPS)
         out[o + 3] = us(retry_us)
         out[o + 4] = us(reset_us)
-      elseif n > l.capacity then
-        out[o + 1] = -1
-        out[o + 2] = math.floor(l.available() + EPS)
-        for k = 3, 8 do out[o + k] = 0 end
       else
-        local g, first_rem, first_retry, first_reset, last_reset = 0, 0, 0, 0, 0
-        local granted, remaining, retry_us, reset_us
-        if l.try_run and count > 1 then
-          g, first_rem, first_reset, last_reset = l.try_run(n, count)
-        end
-        while g < count do
-          granted, remaining, retry_us, reset_us = l.try(n, 0)
-          if granted ~= 1 then break end
-          if g == 0 then
-            first_rem, first_retry, first_reset = remaining, retry_us, reset_us
-          end
-          last_reset = reset_us
-          g = g + 1
-        end
-        local deny_rem, deny_retry, deny_reset = 0, 0, 0
-        if g < count then
-          deny_rem, deny_retry, deny_reset = remaining, retry_us, reset_us
-        end
-        out[o + 1] = g
-        out[o + 2] = math.floor(first_rem + EPS)
-        out[o + 3] = us(first_retry)
-        out[o + 4] = us(first_reset)
-        out[o + 5] = us(last_reset)
-        out[o + 6] = math.floor(deny_rem + EPS)
-        out[o + 7] = us(deny_retry)
-        out[o + 8] = us(deny_reset)
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
+          decide_run(l.try, l.try_run, l.capacity, l.available, n, 0, count)
       end
     end
     l.save()

@@ -65,6 +65,47 @@ local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 -- EPS absorbs floating-point noise when comparing permit counts.
 local EPS = 1e-6
 
+-- Whole microseconds, rounded up (0 stays 0). The noise absorbed is ms()'s
+-- (EPS ms), so rounding these µs up to ms gives what ms() gives: a day
+-- computed as 86400000000.00002 µs is still 86400000 ms.
+local function us(x)
+  if x <= 0 then return 0 end
+  return math.ceil(x - 1000 * EPS)
+end
+
+-- decide_run decides a run of count identical requests of n permits, each
+-- in order (try and try_run are the algorithm's; try_run, when it has one,
+-- grants a run at once): once one is denied the rest would be denied the
+-- same way (a denial changes nothing). It returns the run's answer: how
+-- many were granted, the first grant's remaining, retry and reset, the
+-- last grant's reset, and the denial's remaining, retry and reset (µs);
+-- -1 granted when n is more than capacity.
+local function decide_run(try, try_run, capacity, available, n, wait_us, count)
+  if n > capacity then
+    return -1, math.floor(available() + EPS), 0, 0, 0, 0, 0, 0
+  end
+  local g, first_rem, first_retry, first_reset, last_reset = 0, 0, 0, 0, 0
+  local granted, remaining, retry_us, reset_us
+  if try_run and wait_us == 0 and count > 1 then
+    g, first_rem, first_reset, last_reset = try_run(n, count)
+  end
+  while g < count do
+    granted, remaining, retry_us, reset_us = try(n, wait_us)
+    if granted ~= 1 then break end
+    if g == 0 then
+      first_rem, first_retry, first_reset = remaining, retry_us, reset_us
+    end
+    last_reset = reset_us
+    g = g + 1
+  end
+  local deny_rem, deny_retry, deny_reset = 0, 0, 0
+  if g < count then
+    deny_rem, deny_retry, deny_reset = remaining, retry_us, reset_us
+  end
+  return g, math.floor(first_rem + EPS), us(first_retry), us(first_reset), us(last_reset),
+    math.floor(deny_rem + EPS), us(deny_retry), us(deny_reset)
+end
+
 -- Debt (RL.CHARGE past zero) is kept only up to what is paid back within
 -- this many microseconds (twice limiter.MaxRefill: 200 years), so every
 -- duration stays a whole number Redis takes in SET PX and in a reply.
