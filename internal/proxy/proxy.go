@@ -92,7 +92,10 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	srv = server.New(o, commands.Limiters(limiters, co), commands.Leases(leases), commands.Policies(limiters, co))
 	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, gateway: gw, cfg: cfg, reloads: reloads, done: make(chan error, 1),
 		health: &health{nodes: pool.Nodes(), scripts: scripts.All(), timeout: cfg.BackendTimeout}}
+	p.stopPolicies = make(chan struct{})
+	// closeAll undoes a start that fails part way.
 	closeAll := func() {
+		close(p.stopPolicies)
 		gw.Close()
 		limiters.Close()
 		pool.Close()
@@ -105,7 +108,6 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		closeAll()
 		return nil, err
 	}
-	p.stopPolicies = make(chan struct{})
 	if err := p.applyPolicies(ctx, sets); err != nil {
 		log.Warn("policies not read (or applied) yet: the backends cannot be reached; trying again every second", "err", err)
 		go p.retryPolicies(log)
@@ -118,7 +120,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		p.readyDelay = cfg.ShutdownReadyDelay
 		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats, p.health, policyCollector{limiters}); err != nil {
 			srv.Close()
-			pool.Close()
+			closeAll()
 			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
 		}
 	}
