@@ -91,3 +91,10 @@ func (k Keys) Cell(key string) string {
 func (k Keys) Policies() (hash, version string) {
 	return k.Prefix + "{policies}:p", k.Prefix + "{policies}:v"
 }
+
+// PolicyState names the prefix of the generation hashes that keep the
+// state of the names of a policy at one epoch (prelude.lua, State
+// storage), beside the policies.
+func (k Keys) PolicyState(epoch string) string {
+	return k.Prefix + "{policies}:s:" + epoch
+}

@@ -95,6 +95,11 @@ func (c Config) LimitList() []Limit {
 	return append([]Limit{{c.Rate, c.Interval}}, c.Limits.List()...)
 }
 
+// StringState reports whether an algorithm keeps its state in strings
+// (prelude.lua's get and keep), which a policy's names may keep as fields
+// of hashes; sliding-log and concurrency keep sorted sets.
+func (a Algo) StringState() bool { return a != SlidingLog && a != Concurrency }
+
 // HasBurst reports whether the algorithm has a capacity apart from its rate.
 func (a Algo) HasBurst() bool { return a == TokenBucket || a == LeakyBucket }
 

@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/rlproxy/rlproxy/limiter"
 )
@@ -12,98 +13,215 @@ import (
 // state with one MGET, so state must not leak from one name to the next.
 // Names start at different levels; twins (m:*) are decided one by one.
 // An explicit limiter among them (its own config key) is left alone.
+// Both ways a policy's names keep string state are checked: keys, and
+// fields of the policy's generation hashes ('#', prelude.lua).
 func TestNamesDecideEachNameAsAlone(t *testing.T) {
 	r := newRig(t)
-	const conf = "=e1 10 3600000 10" // a policy's 10 per hour, burst 10
+	confs := map[string]string{ // a policy's 10 per hour, burst 10
+		"keys":   "=e1 10 3600000 10",
+		"hashes": "#rl:{policies}:s:e1.3600001 3600001 e1 10 3600000 10",
+	}
 	for _, algo := range limiter.Algos {
 		script := r.scripts.Names(algo)
 		if script == nil {
 			continue
 		}
-		t.Run(string(algo), func(t *testing.T) {
-			pre := func(name string, used int) *lim {
-				l := r.open(t, string(algo)+name, algo, "e1")
-				for range used {
-					l.mustOK(l.call(limiter.OpAcquire, []limiter.Ask{ask(1)}, limiter.AcquireArgs(conf, []limiter.Ask{ask(1)})))
+		for mode, conf := range confs {
+			if mode == "hashes" && !algo.StringState() {
+				continue
+			}
+			t.Run(string(algo)+"/"+mode, func(t *testing.T) {
+				pre := func(name string, used int) *lim {
+					l := r.open(t, mode+string(algo)+name, algo, "e1")
+					for range used {
+						l.mustOK(l.call(limiter.OpAcquire, []limiter.Ask{ask(1)}, limiter.AcquireArgs(conf, []limiter.Ask{ask(1)})))
+					}
+					return l
 				}
-				return l
-			}
-			asks := []limiter.Ask{ask(1), ask(1), ask(2), ask(1), ask(1), ask(1)}
-			var names []limiter.NameAsks
-			var twins []*lim
-			for i, used := range []int{3, 0, 9, 3, 10, 4, 5, 3} {
-				n := pre(fmt.Sprintf(":n:%d", i), used)
-				names = append(names, limiter.NameAsks{Keys: n.keys(), Asks: asks})
-				twins = append(twins, pre(fmt.Sprintf(":m:%d", i), used))
-			}
-			// An explicit limiter in the middle of the call.
-			x := pre(":x", 2)
-			if err := r.rdb.HSet(t.Context(), x.keys()[0], "epoch", "e9").Err(); err != nil {
-				t.Fatal(err)
-			}
-			names = append(names[:4], append([]limiter.NameAsks{{Keys: x.keys(), Asks: asks}}, names[4:]...)...)
-			before, _ := r.rdb.Get(t.Context(), x.keys()[1]).Result()
+				asks := []limiter.Ask{ask(1), ask(1), ask(2), ask(1), ask(1), ask(1)}
+				var names []limiter.NameAsks
+				var twins []*lim
+				for i, used := range []int{3, 0, 9, 3, 10, 4, 5, 3} {
+					n := pre(fmt.Sprintf(":n:%d", i), used)
+					names = append(names, limiter.NameAsks{Keys: n.keys(), Asks: asks})
+					twins = append(twins, pre(fmt.Sprintf(":m:%d", i), used))
+				}
+				// An explicit limiter in the middle of the call.
+				x := pre(":x", 2)
+				if err := r.rdb.HSet(t.Context(), x.keys()[0], "epoch", "e9").Err(); err != nil {
+					t.Fatal(err)
+				}
+				names = append(names[:4], append([]limiter.NameAsks{{Keys: x.keys(), Asks: asks}}, names[4:]...)...)
+				before := r.state(t, x.keys()[1])
 
-			keys, args := limiter.NamesArgs(conf, names)
-			v, err := script.Run(t.Context(), r.rdb, keys, args...).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			reps, err := limiter.DecodeNames(v, names)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if reps[4].Status != limiter.StatusEpochChange {
-				t.Errorf("explicit name: status %d, want %d", reps[4].Status, limiter.StatusEpochChange)
-			}
-			if after, _ := r.rdb.Get(t.Context(), x.keys()[1]).Result(); after != before {
-				t.Errorf("explicit name's state changed: %q, was %q", after, before)
-			}
-			reps = append(reps[:4], reps[5:]...)
-			for i, tw := range twins {
-				want := tw.call(limiter.OpAcquire, asks, limiter.AcquireArgs(conf, asks))
-				if reps[i].Status != limiter.StatusOK || want.Status != limiter.StatusOK {
-					t.Fatalf("name %d: status %d (alone %d)", i, reps[i].Status, want.Status)
+				keys, args := limiter.NamesArgs(conf, names)
+				v, err := script.Run(t.Context(), r.rdb, keys, args...).Result()
+				if err != nil {
+					t.Fatal(err)
 				}
-				for j, got := range reps[i].Results {
-					w := want.Results[j]
-					if got.Granted != w.Granted || got.Remaining != w.Remaining || got.OverCapacity != w.OverCapacity {
-						t.Errorf("name %d ask %d: granted %v remaining %d, alone granted %v remaining %d",
-							i, j, got.Granted, got.Remaining, w.Granted, w.Remaining)
+				reps, err := limiter.DecodeNames(v, names)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mode == "hashes" {
+				for _, n := range names {
+					if ex, _ := r.rdb.Exists(t.Context(), n.Keys[1]).Result(); ex != 0 || r.state(t, n.Keys[1]) == "" && n.Keys[0] != x.keys()[0] {
+						t.Errorf("%s: not a field of a generation hash (a key: %v)", n.Keys[1], ex != 0)
 					}
 				}
 			}
-			// The state each left behind decides the next ask alike, in a
-			// names call of single asks (their short form): grants,
-			// denials (names now full) and more than the burst.
-			var next []limiter.NameAsks
-			for i := range twins {
-				p := int64(1 + 10*(i%3/2)) // 1, 1, 11, ...
-				n := r.open(t, fmt.Sprintf("%s:n:%d", algo, i), algo, "e1")
-				next = append(next, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(p)}})
-			}
-			next = append(next, limiter.NameAsks{Keys: x.keys(), Asks: []limiter.Ask{ask(1)}}) // explicit, last
-			keys, args = limiter.NamesArgs(conf, next)
-			if v, err = script.Run(t.Context(), r.rdb, keys, args...).Result(); err != nil {
-				t.Fatal(err)
-			}
-			if reps, err = limiter.DecodeNames(v, next); err != nil {
-				t.Fatal(err)
-			}
-			if st := reps[len(twins)].Status; st != limiter.StatusEpochChange {
-				t.Errorf("explicit name, single ask: status %d, want %d", st, limiter.StatusEpochChange)
-			}
-			for i, tw := range twins {
-				got := reps[i].Results[0]
-				w := tw.call(limiter.OpAcquire, next[i].Asks, limiter.AcquireArgs(conf, next[i].Asks)).Results[0]
-				// The durations count from each call's own time: alike within
-				// the time between the calls.
-				near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
-				if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
-					!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
-					t.Errorf("name %d, single ask of %d: %+v, alone %+v", i, next[i].Asks[0].Permits, got, w)
+			if reps[4].Status != limiter.StatusEpochChange {
+					t.Errorf("explicit name: status %d, want %d", reps[4].Status, limiter.StatusEpochChange)
 				}
+				if after := r.state(t, x.keys()[1]); after != before {
+					t.Errorf("explicit name's state changed: %q, was %q", after, before)
+				}
+				reps = append(reps[:4], reps[5:]...)
+				for i, tw := range twins {
+					want := tw.call(limiter.OpAcquire, asks, limiter.AcquireArgs(conf, asks))
+					if reps[i].Status != limiter.StatusOK || want.Status != limiter.StatusOK {
+						t.Fatalf("name %d: status %d (alone %d)", i, reps[i].Status, want.Status)
+					}
+					for j, got := range reps[i].Results {
+						w := want.Results[j]
+						if got.Granted != w.Granted || got.Remaining != w.Remaining || got.OverCapacity != w.OverCapacity {
+							t.Errorf("name %d ask %d: granted %v remaining %d, alone granted %v remaining %d",
+								i, j, got.Granted, got.Remaining, w.Granted, w.Remaining)
+						}
+					}
+				}
+				// The state each left behind decides the next ask alike, in a
+				// names call of single asks (their short form): grants,
+				// denials (names now full) and more than the burst.
+				var next []limiter.NameAsks
+				for i := range twins {
+					p := int64(1 + 10*(i%3/2)) // 1, 1, 11, ...
+					n := r.open(t, fmt.Sprintf("%s%s:n:%d", mode, algo, i), algo, "e1")
+					next = append(next, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(p)}})
+				}
+				next = append(next, limiter.NameAsks{Keys: x.keys(), Asks: []limiter.Ask{ask(1)}}) // explicit, last
+				keys, args = limiter.NamesArgs(conf, next)
+				if v, err = script.Run(t.Context(), r.rdb, keys, args...).Result(); err != nil {
+					t.Fatal(err)
+				}
+				if reps, err = limiter.DecodeNames(v, next); err != nil {
+					t.Fatal(err)
+				}
+				if st := reps[len(twins)].Status; st != limiter.StatusEpochChange {
+					t.Errorf("explicit name, single ask: status %d, want %d", st, limiter.StatusEpochChange)
+				}
+				for i, tw := range twins {
+					got := reps[i].Results[0]
+					w := tw.call(limiter.OpAcquire, next[i].Asks, limiter.AcquireArgs(conf, next[i].Asks)).Results[0]
+					// The durations count from each call's own time: alike within
+					// the time between the calls.
+					near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
+					if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
+						!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
+						t.Errorf("name %d, single ask of %d: %+v, alone %+v", i, next[i].Asks[0].Permits, got, w)
+					}
+				}
+			})
+		}
+	}
+}
+
+// state is the state of key wherever it is kept: the key itself, or a
+// field of a policy's generation hash.
+func (r *rig) state(t *testing.T, key string) string {
+	if v, err := r.rdb.Get(t.Context(), key).Result(); err == nil {
+		return v
+	}
+	hashes, err := r.rdb.Keys(t.Context(), "rl:{policies}:s:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hashes {
+		if v, err := r.rdb.HGet(t.Context(), h, key).Result(); err == nil {
+			return v
+		}
+	}
+	return ""
+}
+
+// A policy's name whose state is kept in generation hashes: the state
+// follows the name across generations (nothing is forgotten when one
+// ends), a state that outlives both generations alive (debt) is a key of
+// its own while it lasts, and clear removes it wherever it is.
+func TestPolicyStateInHashes(t *testing.T) {
+	r := newRig(t)
+	const conf = "#rl:{policies}:s:e1.101 101 e1 10 100 10" // 10 per 100 ms, generations of 101 ms
+	hashed := r.open(t, "h", limiter.TokenBucket, "e1")
+	keyed := r.open(t, "k", limiter.TokenBucket, "e1")
+	call := func(l *lim, c string, op limiter.Op, args []any, asks ...limiter.Ask) limiter.Reply {
+		t.Helper()
+		rep := l.call(op, asks, args)
+		if rep.Status != limiter.StatusOK {
+			t.Fatalf("%s: status %d", op, rep.Status)
+		}
+		return rep
+	}
+	take := func(l *lim, c string) bool {
+		asks := []limiter.Ask{ask(3)}
+		return call(l, c, limiter.OpAcquire, limiter.AcquireArgs(c, asks), asks...).Results[0].Granted
+	}
+	// Over 6 generations, asks of 3 permits every 10 ms (9 per 30 ms for
+	// a refill of 3 per 30 ms): the bucket stays near empty, so a state
+	// forgotten at a generation's end would show as extra grants.
+	grants := map[string]int{}
+	start := time.Now()
+	for time.Since(start) < 600*time.Millisecond {
+		for _, l := range []*lim{hashed, keyed} {
+			c := conf
+			if l == keyed {
+				c = "=e1 10 100 10"
 			}
-		})
+			if take(l, c) {
+				grants[l.name]++
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	if max := int(10+elapsed.Milliseconds()/10) / 3; grants["h"] > max+1 {
+		t.Errorf("%d grants of 3 permits in %v from a bucket of 10 refilled 10 per 100 ms (at most %d)", grants["h"], elapsed, max)
+	}
+	if d := grants["h"] - grants["k"]; d > 2 || d < -2 {
+		t.Errorf("state in hashes: %d grants, in keys: %d", grants["h"], grants["k"])
+	}
+	if ex, _ := r.rdb.Exists(t.Context(), hashed.state()...).Result(); ex != 0 {
+		t.Errorf("a short state is a key of its own")
+	}
+
+	// Charging 40 permits to a bucket of 10 leaves 40-50 in use, 400-500
+	// ms to drain, past both generations: a key, and the flag that says
+	// keys are to be looked at, as long as it lasts.
+	call(hashed, conf, limiter.OpCharge, limiter.ChargeArgs(conf, 40), ask(40))
+	if ex, _ := r.rdb.Exists(t.Context(), hashed.state()[0], "rl:{policies}:s:e1.101:long").Result(); ex != 2 {
+		t.Fatalf("debt: %d of its key and the flag exist, want 2", ex)
+	}
+	time.Sleep(150 * time.Millisecond) // both generations alive at the charge have ended
+	if take(hashed, conf) {
+		t.Errorf("granted with 25 or more permits of debt left")
+	}
+	time.Sleep(400 * time.Millisecond)
+	if !take(hashed, conf) {
+		t.Errorf("denied after the debt was paid")
+	}
+	if ex, _ := r.rdb.Exists(t.Context(), hashed.state()[0]).Result(); ex != 0 {
+		t.Errorf("the state is back in a hash, but its key remains")
+	}
+
+	clear := func() int64 {
+		return call(hashed, conf, limiter.OpClear, limiter.Args(limiter.OpClear, conf)).Count
+	}
+	if n := clear(); n != 1 {
+		t.Errorf("clear: %d, want 1", n)
+	}
+	if n := clear(); n != 0 {
+		t.Errorf("clear again: %d, want 0", n)
+	}
+	if v := r.state(t, hashed.state()[0]); v != "" {
+		t.Errorf("state after clear: %q", v)
 	}
 }

@@ -52,7 +52,7 @@ type Reply struct {
 	Status  Status
 	Epoch   string   // the epoch in force
 	Results []Result // acquire: one per request, in order
-	Count   int64    // peek / release: permits available
+	Count   int64    // peek / release: permits available; clear: state keys cleared
 }
 
 // Op names what a limiter script is asked to do (ARGV[1]).
@@ -65,6 +65,9 @@ const (
 	// OpCharge takes permits after the fact (RL.CHARGE), even past zero:
 	// the debt is paid back before later acquires are granted.
 	OpCharge Op = "charge"
+	// OpClear deletes the state of a name a policy governs; its reply
+	// is the number of state keys that had any (Cleared).
+	OpClear Op = "clear"
 )
 
 // Ask is one acquire request inside a script call.

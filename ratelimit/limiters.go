@@ -295,11 +295,24 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 }
 
 // delState deletes the shared-budget state of every shard of e (a name a
-// policy governs) and returns how many keys there were.
+// policy governs) and returns how many keys had state.
 func (l *Limiters) delState(ctx context.Context, e *entry) (int64, error) {
 	var n int64
 	for shard := 0; shard < e.Shards; shard++ {
-		d, err := e.node(shard).Del(ctx, l.keysOf(e, shard, "")[1:]...)
+		keys := l.keysOf(e, shard, "")
+		var d int64
+		var err error
+		if e.policy.hashes != "" {
+			// In the policy's hashes, maybe: the script knows where.
+			var v any
+			if v, err = e.node(shard).Eval(ctx, e.script, keys, limiter.Args(limiter.OpClear, e.confArg(shard))...); err == nil {
+				var rep limiter.Reply
+				rep, err = limiter.DecodeReply(v, limiter.OpClear, nil)
+				d = rep.Count
+			}
+		} else {
+			d, err = e.node(shard).Del(ctx, keys[1:]...)
+		}
 		if err != nil {
 			return n, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,15 @@ import (
 // explicit limiter's, with the policy's epoch: a changed policy gets a new
 // epoch, so its names start fresh, unless KEEPSTATE keeps it (same
 // algorithm, mode, shards and number of limits).
+//
+// On standalone backends a name's string state is not a key of its own
+// but a field of one of the policy's generation hashes (prelude.lua,
+// State storage): a key costs a name ~175 B and a SET PX, most of its
+// decision's cost. The generations are as long as the longest a state
+// lasts (genMs), fixed when the epoch is made: the epoch ends with it
+// (".<ms>"), so KEEPSTATE keeps it too. A policy stored without it (by
+// an older rlproxy) keeps keys, as do policies in a Redis Cluster (a
+// script may touch one slot, and a name's config key is in its own).
 
 // DefaultMaxPolicies bounds the policies when no bound is configured.
 const DefaultMaxPolicies = 1000
@@ -45,6 +55,8 @@ type policy struct {
 	pattern string // "user:*"
 	limiter.Stored
 	counts *policyCounts
+	hashes string // prefix of the generation hashes of its names' state ("": keys)
+	genMs  int64  // their generations' length
 }
 
 // policyCounts are a policy's decisions, kept across its changes.
@@ -62,11 +74,20 @@ func (c *policyCounts) count(granted bool) {
 func (p *policy) prefix() string { return strings.TrimSuffix(p.pattern, "*") }
 
 // arg is ARGV[2] of a script call on one shard of a name p governs:
-// "=epoch sub_rate interval_ms sub_burst [sub_limits]" (prelude.lua).
+// "=epoch sub_rate interval_ms sub_burst [sub_limits]", or with state in
+// hashes "#hashes gen_ms epoch ..." (prelude.lua).
 func (p *policy) arg(shard int) string {
 	n := p.Shards
-	b := make([]byte, 0, 64)
-	b = append(b, '=')
+	b := make([]byte, 0, 128)
+	if p.hashes != "" {
+		b = append(b, '#')
+		b = append(b, p.hashes...)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, p.genMs, 10)
+		b = append(b, ' ')
+	} else {
+		b = append(b, '=')
+	}
 	b = append(b, p.Epoch...)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, share(p.Rate, n, shard), 10)
@@ -85,6 +106,47 @@ func (p *policy) arg(shard int) string {
 		b = strconv.AppendInt(b, l.Interval.Milliseconds(), 10)
 	}
 	return string(b)
+}
+
+// policyEpoch is a new epoch for a policy of config c: random, then the
+// length of its state's generations (".<ms>").
+func policyEpoch(c limiter.Config) string {
+	return newEpoch() + "." + strconv.FormatInt(genMs(c), 10)
+}
+
+// genMs is the longest any shard's state of c lasts when nothing waits
+// or owes (ms, rounded up, plus one: a state is kept in the generation
+// ending at or after its end, so a generation this long has it in one of
+// the two alive). Longer states (booked ahead, debt) are keys.
+func genMs(c limiter.Config) int64 {
+	n := c.Shards
+	longest := 0.0
+	add := func(rate, burst int64, iv time.Duration) {
+		ms := float64(iv.Milliseconds())
+		span := ms // fixed-window: to the window's end
+		switch {
+		case c.Algo == limiter.SlidingWindow:
+			span = 2 * ms
+		case c.Algo.HasBurst():
+			span = max(ms, float64(share(burst, n, 0))*ms/float64(max(1, share(rate, n, n-1))))
+		}
+		longest = max(longest, span)
+	}
+	add(c.Rate, c.Burst, c.Interval)
+	for _, l := range c.Limits.List() {
+		add(l.Rate, l.Rate, l.Interval)
+	}
+	return int64(min(math.Ceil(longest), 1<<50)) + 1
+}
+
+// epochGenMs is the generation length an epoch ends with, or 0.
+func epochGenMs(epoch string) int64 {
+	_, g, ok := strings.Cut(epoch, ".")
+	n, err := strconv.ParseInt(g, 10, 64)
+	if !ok || err != nil || n < 1 {
+		return 0
+	}
+	return n
 }
 
 // share is one shard's part of total split over n (sharding.Split).
@@ -190,7 +252,7 @@ func (l *Limiters) PolicySet(ctx context.Context, pattern string, c limiter.Conf
 	hash, version := l.keys.Policies()
 	max := l.opt().maxPolicies()
 	v, err := l.policyNode().Eval(ctx, l.scripts.Policy, []string{hash, version},
-		"set", pattern, policySpec(c), policyShape(c), newEpoch(), flag(o.NX), flag(o.KeepState), max)
+		"set", pattern, policySpec(c), policyShape(c), policyEpoch(c), flag(o.NX), flag(o.KeepState), max)
 	if err != nil {
 		return false, err
 	}
@@ -307,6 +369,9 @@ func (l *Limiters) RefreshPolicies(ctx context.Context) error {
 		p, err := parsePolicy(pat, s)
 		if err != nil {
 			continue // not one rlproxy wrote: it governs nothing
+		}
+		if g := epochGenMs(p.Epoch); g > 0 && !l.cluster && p.Algo.StringState() {
+			p.hashes, p.genMs = l.keys.PolicyState(p.Epoch), g
 		}
 		ps = append(ps, p)
 	}

@@ -49,16 +49,28 @@ func TestPolicyCommands(t *testing.T) {
 	h.Do(t, "RL.ACQUIRE", "other").Err(fmt.Sprintf(noSuch, "other"))
 	h.Do(t, "RL.GETRATE", "other").Nil()
 
-	// No config key per name: only state, with a TTL.
+	// No key per name: its state is a field of one of the policy's
+	// generation hashes, which have a TTL.
 	ctx := context.Background()
 	b := h.backend.Client(t)
 	keys := limiter.Keys{Prefix: h.cfg.KeyPrefix}
-	if n, _ := b.Exists(ctx, keys.Config("user:1", 0)).Result(); n != 0 {
-		t.Errorf("a governed name has a config key")
+	epoch := policyEpoch(t, h, "user:*")
+	state := keys.Script(limiter.TokenBucket, "user:2", 0, epoch, "")[1]
+	if n, _ := b.Exists(ctx, keys.Config("user:1", 0), state).Result(); n != 0 {
+		t.Errorf("a governed name has a key of its own")
 	}
-	state := keys.Script(limiter.TokenBucket, "user:2", 0, policyEpoch(t, h, "user:*"), "")[1]
-	if ttl, err := b.PTTL(ctx, state).Result(); err != nil || ttl <= 0 {
-		t.Errorf("state of user:2 (%s): PTTL %v %v, want a TTL", state, ttl, err)
+	gens, _ := b.Keys(ctx, keys.PolicyState(epoch)+":*").Result()
+	held := 0
+	for _, g := range gens {
+		if ok, _ := b.HExists(ctx, g, state).Result(); ok {
+			held++
+			if ttl, err := b.PTTL(ctx, g).Result(); err != nil || ttl <= 0 {
+				t.Errorf("generation %s: PTTL %v %v, want a TTL", g, ttl, err)
+			}
+		}
+	}
+	if held != 1 {
+		t.Errorf("state of user:2 (%s) is in %d of the generations %v, want 1", state, held, gens)
 	}
 
 	// RL.RESET gives fresh state; RL.DEL clears it (1 if there was any).

@@ -14,6 +14,20 @@
 --   charge(n)         take n permits whatever is available (debt past
 --                     zero, up to MAX_DEBT_US): remaining (signed), reset_us
 --   save()            write state back with a TTL (or delete it when full)
+if ARGV[1] == 'clear' then
+  -- RL.RESET / RL.DEL of a name a policy governs: its state goes, wherever
+  -- it is kept (prelude.lua's State storage). Reply {0, epoch, keys that
+  -- had state}.
+  local n = 0
+  for k = 2, #KEYS do
+    if get(KEYS[k]) then
+      n = n + 1
+      drop(KEYS[k])
+    end
+  end
+  flush()
+  return {0, conf[1], n}
+end
 load()
 local out = {0, conf[1]}
 local op = ARGV[1]
@@ -42,4 +56,5 @@ else
   out[#out + 1] = math.floor(available() + EPS)
 end
 save()
+flush()
 return out

@@ -25,7 +25,7 @@ local nk = #KEYS
 -- limiter wins at once on every proxy; a set of explicit names would cost
 -- a SISMEMBER per name and upkeep on every RL.SETRATE, RL.DEL and config
 -- expiry, and a proxy's own cache cannot see another proxy's RL.SETRATE.
--- Then every state key with one MGET, for get().
+-- Then every state with one read (prefetch), for get().
 local explicit = false
 if nk > per then
   local conf_keys = {}
@@ -37,9 +37,7 @@ if per > 1 then
   for k = 1, nk do
     if k % per ~= 1 then state_keys[#state_keys + 1] = KEYS[k] end
   end
-  local vals = redis.call('MGET', unpack(state_keys))
-  prefetched = {}
-  for j = 1, #state_keys do prefetched[state_keys[j]] = vals[j] end
+  prefetch(state_keys)
 end
 
 -- One limit for every name: its functions read their keys (keys) at
@@ -89,4 +87,5 @@ while a <= #ARGV do
     l.save()
   end
 end
+flush()
 return out

@@ -26,15 +26,25 @@
 --     (below zero: the debt that later acquires wait out)
 --   peek / release results: {available}
 local conf
-if string.sub(ARGV[2], 1, 1) == '=' then
+local hash_prefix, gen_ms -- set for a name whose state is kept in hashes (below)
+local kind = string.sub(ARGV[2], 1, 1)
+if kind == '=' or kind == '#' then
   -- A name a policy governs (RL.POLICY): its config comes with the call,
   -- "=epoch sub_rate interval_ms sub_burst [sub_limits]", and it has no
   -- config key. One that appeared (RL.SETRATE: an explicit limiter wins
-  -- over any policy) makes the caller read the config again.
+  -- over any policy) makes the caller read the config again. '#' is the
+  -- same config with its policy's state hashes first: "#hash_prefix
+  -- gen_ms epoch ..." (see State storage below).
   if redis.call('EXISTS', KEYS[1]) == 1 then
     return {2, ''}
   end
-  local e, r, i, b, l = string.match(ARGV[2], '^=(%S+) (%d+) (%d+) (%d+) ?(%S*)$')
+  local e, r, i, b, l
+  if kind == '#' then
+    hash_prefix, gen_ms, e, r, i, b, l = string.match(ARGV[2], '^#(%S+) (%d+) (%S+) (%d+) (%d+) (%d+) ?(%S*)$')
+    gen_ms = tonumber(gen_ms)
+  else
+    e, r, i, b, l = string.match(ARGV[2], '^=(%S+) (%d+) (%d+) (%d+) ?(%S*)$')
+  end
   if not e then
     return redis.error_reply('ERR internal: malformed policy config')
   end
@@ -118,32 +128,69 @@ local function ms(us)
   return math.ceil(us / 1000 - EPS)
 end
 
+-- State storage. String state (every algorithm but sliding-log and
+-- concurrency) is read with get(key) and written with keep(key, ...) or
+-- dropped with drop(key); the script ends with flush().
+--
+-- Each state key is a key of its own with a TTL, except for a name a
+-- policy governs on a standalone Redis (hash_prefix set): a key of its
+-- own costs a name ~175 B and a SET PX of 2-3 µs, most of its decision.
+-- There the state is a field (named by the key) of one of the policy's
+-- generation hashes, "<hash_prefix>:<n>", which expire at n * gen_ms
+-- (Unix ms): a state that must last until t is in the hash of the first
+-- generation ending at or after t. gen_ms is at least the longest
+-- a state of the policy lasts (without waiting or debt), so a state is
+-- in one of the two generations alive now, and one HMGET and one HSET
+-- per generation serve a whole call of many names. A state is at most in
+-- one place: writing it elsewhere removes it from where it was. A state
+-- that must outlive both (booked ahead, debt) is a key of its own, as
+-- elsewhere, and the key "<hash_prefix>:long" lasts as long as the
+-- longest of them: while it exists, misses are looked up as keys too.
+local gens, long_flag, where, sets, dels
+if hash_prefix then
+  local g = math.floor(now / 1000 / gen_ms) + 1
+  gens = {[g] = hash_prefix .. ':' .. g, [g + 1] = hash_prefix .. ':' .. (g + 1)}
+  long_flag = hash_prefix .. ':long'
+  where, sets, dels = {}, {}, {}
+end
+
 -- Whether key's TTL still runs until us microseconds from now, as the
 -- write that stored it set it (to the millisecond): a call that changed
 -- nothing need not write its state again. PTTL counts from Redis's own
 -- millisecond clock, hence the rounding.
 local function lasts(key, us)
-  return redis.call('PTTL', key) >= math.ceil((now + us) / 1000 - EPS) - math.floor(now / 1000) - 1
+  local until_ms = math.ceil((now + us) / 1000 - EPS)
+  if gens and where[key] ~= 'long' then
+    return where[key] == math.ceil(until_ms / gen_ms)
+  end
+  return redis.call('PTTL', key) >= until_ms - math.floor(now / 1000) - 1
 end
 
--- Sets key to value with a TTL of us microseconds (at least 1 ms), or
--- deletes it when nothing needs remembering. stored (optional) is the
--- value as read: when the call changed nothing (a denial, a peek) and the
--- TTL still runs, nothing is written — a write with a TTL is most of such
--- a call's cost in Redis.
-local function keep(key, value, us, stored)
-  if us <= 0 then
-    redis.call('DEL', key)
-  elseif value ~= stored or not lasts(key, us) then
-    redis.call('SET', key, value, 'PX', math.max(1, ms(us)))
+-- Reads the state of keys into prefetched (names.lua: one read for the
+-- whole call; a redis.call costs about as much as the rest of a name's
+-- decision). get() then uses each value once.
+local prefetched
+local function prefetch(keys)
+  prefetched = {}
+  if not gens then
+    local vals = redis.call('MGET', unpack(keys))
+    for j = 1, #keys do prefetched[keys[j]] = vals[j] end
+    return
+  end
+  for n, h in pairs(gens) do
+    local vals = redis.call('HMGET', h, unpack(keys))
+    for j = 1, #keys do
+      if vals[j] then prefetched[keys[j]], where[keys[j]] = vals[j], n end
+    end
+  end
+  if redis.call('EXISTS', long_flag) == 1 then
+    local vals = redis.call('MGET', unpack(keys))
+    for j = 1, #keys do
+      if vals[j] then prefetched[keys[j]], where[keys[j]] = vals[j], 'long' end
+    end
   end
 end
 
--- String state is read through get(): names.lua fetches every name's
--- state keys with one MGET first (a redis.call costs about as much as
--- the rest of a name's decision) and leaves the values in prefetched,
--- each used once; other scripts leave it nil and read with GET.
-local prefetched
 local function get(key)
   if prefetched then
     local v = prefetched[key]
@@ -151,8 +198,93 @@ local function get(key)
       prefetched[key] = nil
       return v
     end
+    if gens then return nil end -- prefetched: not stored
   end
-  return redis.call('GET', key)
+  if not gens then
+    return redis.call('GET', key)
+  end
+  for n, h in pairs(gens) do
+    local v = redis.call('HGET', h, key)
+    if v then
+      where[key] = n
+      return v
+    end
+  end
+  if redis.call('EXISTS', long_flag) == 1 then
+    local v = redis.call('GET', key)
+    if v then where[key] = 'long' end
+    return v
+  end
+end
+
+-- Adds key to list[n] (a generation's pending sets or deletes).
+local function pend(list, n, ...)
+  local l = list[n]
+  if not l then
+    l = {}
+    list[n] = l
+  end
+  for _, v in ipairs({...}) do l[#l + 1] = v end
+end
+
+-- Removes key's state from wherever it is.
+local function drop(key)
+  if not gens then
+    redis.call('DEL', key)
+    return
+  end
+  local w = where[key]
+  if w == 'long' then
+    redis.call('DEL', key)
+  elseif w then
+    pend(dels, w, key)
+  end
+  where[key] = nil
+end
+
+-- Sets key's state to value for us microseconds (at least 1 ms), or
+-- drops it when nothing needs remembering. stored (optional) is the
+-- value as read: when the call changed nothing (a denial, a peek) and
+-- the state still lasts, nothing is written — a write with a TTL is most
+-- of such a call's cost in Redis.
+local function keep(key, value, us, stored)
+  if us <= 0 then
+    drop(key)
+    return
+  elseif value == stored and lasts(key, us) then
+    return
+  end
+  local px = math.max(1, ms(us))
+  if not gens then
+    redis.call('SET', key, value, 'PX', px)
+    return
+  end
+  local n = math.ceil(math.ceil((now + us) / 1000 - EPS) / gen_ms)
+  if gens[n] then
+    if where[key] ~= n then drop(key) end
+    pend(sets, n, key, value)
+    where[key] = n
+    return
+  end
+  if where[key] ~= 'long' then drop(key) end
+  redis.call('SET', key, value, 'PX', px)
+  where[key] = 'long'
+  if redis.call('PTTL', long_flag) < px then
+    redis.call('SET', long_flag, '1', 'PX', px)
+  end
+end
+
+-- Writes what keep() and drop() left pending: the end of every script.
+local function flush()
+  if not gens then return end
+  for n, l in pairs(sets) do
+    redis.call('HSET', gens[n], unpack(l))
+    redis.call('PEXPIREAT', gens[n], n * gen_ms)
+  end
+  for n, l in pairs(dels) do
+    redis.call('HDEL', gens[n], unpack(l))
+  end
+  sets, dels = {}, {}
 end
 
 -- Reads a "level:ts" state (permits held at time ts, in microseconds) and
@@ -187,7 +319,7 @@ end
 local function keep_drained(key, level, loaded, ts, per_permit)
   local us = level * per_permit
   if level <= EPS then
-    redis.call('DEL', key)
+    drop(key)
   elseif level ~= loaded or not lasts(key, us) then
     keep(key, num(level) .. ':' .. num(ts), us)
   end

@@ -120,7 +120,7 @@ end
 local function save()
   local ttl = until_reset()
   if ttl <= 0 then
-    redis.call('DEL', KEYS[2])
+    drop(KEYS[2])
   else
     keep(KEYS[2], num(start) .. ':' .. num(prev) .. ':' .. num(cur), ttl, stored)
   end
