@@ -64,13 +64,13 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 					t.Fatal(err)
 				}
 				if mode == "hashes" {
-				for _, n := range names {
-					if ex, _ := r.rdb.Exists(t.Context(), n.Keys[1]).Result(); ex != 0 || r.state(t, n.Keys[1]) == "" && n.Keys[0] != x.keys()[0] {
-						t.Errorf("%s: not a field of a generation hash (a key: %v)", n.Keys[1], ex != 0)
+					for _, n := range names {
+						if ex, _ := r.rdb.Exists(t.Context(), n.Keys[1]).Result(); ex != 0 || r.state(t, n.Keys[1]) == "" && n.Keys[0] != x.keys()[0] {
+							t.Errorf("%s: not a field of a generation hash (a key: %v)", n.Keys[1], ex != 0)
+						}
 					}
 				}
-			}
-			if reps[4].Status != limiter.StatusEpochChange {
+				if reps[4].Status != limiter.StatusEpochChange {
 					t.Errorf("explicit name: status %d, want %d", reps[4].Status, limiter.StatusEpochChange)
 				}
 				if after := r.state(t, x.keys()[1]); after != before {
