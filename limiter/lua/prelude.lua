@@ -25,6 +25,10 @@
 --   charge results: one run's 8 integers, granted 1, remaining signed
 --     (below zero: the debt that later acquires wait out)
 --   peek / release results: {available}
+-- Hot library functions, as locals: a global lookup costs as much as
+-- the call in Redis's Lua.
+local ceil, floor, max, fmt, match = math.ceil, math.floor, math.max, string.format, string.match
+
 local conf
 local hash_prefix, gen_ms -- set for a name whose state is kept in hashes (below)
 local kind = string.sub(ARGV[2], 1, 1)
@@ -40,10 +44,10 @@ if kind == '=' or kind == '#' then
   end
   local e, r, i, b, l
   if kind == '#' then
-    hash_prefix, gen_ms, e, r, i, b, l = string.match(ARGV[2], '^#(%S+) (%d+) (%S+) (%d+) (%d+) (%d+) ?(%S*)$')
+    hash_prefix, gen_ms, e, r, i, b, l = match(ARGV[2], '^#(%S+) (%d+) (%S+) (%d+) (%d+) (%d+) ?(%S*)$')
     gen_ms = tonumber(gen_ms)
   else
-    e, r, i, b, l = string.match(ARGV[2], '^=(%S+) (%d+) (%d+) (%d+) ?(%S*)$')
+    e, r, i, b, l = match(ARGV[2], '^=(%S+) (%d+) (%d+) (%d+) ?(%S*)$')
   end
   if not e then
     return redis.error_reply('ERR internal: malformed policy config')
@@ -80,7 +84,7 @@ local EPS = 1e-6
 -- computed as 86400000000.00002 µs is still 86400000 ms.
 local function us(x)
   if x <= 0 then return 0 end
-  return math.ceil(x - 1000 * EPS)
+  return ceil(x - 1000 * EPS)
 end
 
 -- decide_run decides a run of count identical requests of n permits, each
@@ -92,7 +96,7 @@ end
 -- -1 granted when n is more than capacity.
 local function decide_run(try, try_run, capacity, available, n, wait_us, count)
   if n > capacity then
-    return -1, math.floor(available() + EPS), 0, 0, 0, 0, 0, 0
+    return -1, floor(available() + EPS), 0, 0, 0, 0, 0, 0
   end
   local g, first_rem, first_retry, first_reset, last_reset = 0, 0, 0, 0, 0
   local granted, remaining, retry_us, reset_us
@@ -112,8 +116,8 @@ local function decide_run(try, try_run, capacity, available, n, wait_us, count)
   if g < count then
     deny_rem, deny_retry, deny_reset = remaining, retry_us, reset_us
   end
-  return g, math.floor(first_rem + EPS), us(first_retry), us(first_reset), us(last_reset),
-    math.floor(deny_rem + EPS), us(deny_retry), us(deny_reset)
+  return g, floor(first_rem + EPS), us(first_retry), us(first_reset), us(last_reset),
+    floor(deny_rem + EPS), us(deny_retry), us(deny_reset)
 end
 
 -- Debt (RL.CHARGE past zero) is kept only up to what is paid back within
@@ -125,7 +129,7 @@ local MAX_DEBT_US = 2 * 36500 * 86400 * 1e6
 -- milliseconds, rounded up: waiting retry_after_ms is always enough.
 local function ms(us)
   if us <= 0 then return 0 end
-  return math.ceil(us / 1000 - EPS)
+  return ceil(us / 1000 - EPS)
 end
 
 -- State storage. String state (every algorithm but sliding-log and
@@ -146,10 +150,10 @@ end
 -- that must outlive both (booked ahead, debt) is a key of its own, as
 -- elsewhere, and the key "<hash_prefix>:long" lasts as long as the
 -- longest of them: while it exists, misses are looked up as keys too.
-local gens, long_flag, where, sets, dels
+local gen, gens, long_flag, where, sets, dels -- gen: the first generation alive
 if hash_prefix then
-  local g = math.floor(now / 1000 / gen_ms) + 1
-  gens = {[g] = hash_prefix .. ':' .. g, [g + 1] = hash_prefix .. ':' .. (g + 1)}
+  gen = floor(now / 1000 / gen_ms) + 1
+  gens = {[gen] = hash_prefix .. ':' .. gen, [gen + 1] = hash_prefix .. ':' .. (gen + 1)}
   long_flag = hash_prefix .. ':long'
   where, sets, dels = {}, {}, {}
 end
@@ -159,11 +163,11 @@ end
 -- nothing need not write its state again. PTTL counts from Redis's own
 -- millisecond clock, hence the rounding.
 local function lasts(key, us)
-  local until_ms = math.ceil((now + us) / 1000 - EPS)
+  local until_ms = ceil((now + us) / 1000 - EPS)
   if gens and where[key] ~= 'long' then
-    return where[key] == math.ceil(until_ms / gen_ms)
+    return where[key] == ceil(until_ms / gen_ms)
   end
-  return redis.call('PTTL', key) >= until_ms - math.floor(now / 1000) - 1
+  return redis.call('PTTL', key) >= until_ms - floor(now / 1000) - 1
 end
 
 -- Reads the state of keys into prefetched (names.lua: one read for the
@@ -177,18 +181,24 @@ local function prefetch(keys)
     for j = 1, #keys do prefetched[keys[j]] = vals[j] end
     return
   end
-  for n, h in pairs(gens) do
-    local vals = redis.call('HMGET', h, unpack(keys))
+  -- Each place is asked only for the keys not found before.
+  local function look(cmd, h, n)
+    if #keys == 0 then return end
+    local vals = h and redis.call(cmd, h, unpack(keys)) or redis.call(cmd, unpack(keys))
+    local missed = {}
     for j = 1, #keys do
-      if vals[j] then prefetched[keys[j]], where[keys[j]] = vals[j], n end
+      local k = keys[j]
+      if vals[j] then
+        prefetched[k], where[k] = vals[j], n
+      else
+        missed[#missed + 1] = k
+      end
     end
+    keys = missed
   end
-  if redis.call('EXISTS', long_flag) == 1 then
-    local vals = redis.call('MGET', unpack(keys))
-    for j = 1, #keys do
-      if vals[j] then prefetched[keys[j]], where[keys[j]] = vals[j], 'long' end
-    end
-  end
+  look('HMGET', gens[gen], gen)
+  look('HMGET', gens[gen + 1], gen + 1)
+  if #keys > 0 and redis.call('EXISTS', long_flag) == 1 then look('MGET', nil, 'long') end
 end
 
 local function get(key)
@@ -217,14 +227,16 @@ local function get(key)
   end
 end
 
--- Adds key to list[n] (a generation's pending sets or deletes).
-local function pend(list, n, ...)
+-- Adds key (and value, for a set) to list[n]: a generation's pending
+-- sets or deletes.
+local function pend(list, n, key, value)
   local l = list[n]
   if not l then
     l = {}
     list[n] = l
   end
-  for _, v in ipairs({...}) do l[#l + 1] = v end
+  l[#l + 1] = key
+  if value then l[#l + 1] = value end
 end
 
 -- Removes key's state from wherever it is.
@@ -254,12 +266,12 @@ local function keep(key, value, us, stored)
   elseif value == stored and lasts(key, us) then
     return
   end
-  local px = math.max(1, ms(us))
+  local px = max(1, ms(us))
   if not gens then
     redis.call('SET', key, value, 'PX', px)
     return
   end
-  local n = math.ceil(math.ceil((now + us) / 1000 - EPS) / gen_ms)
+  local n = ceil(ceil((now + us) / 1000 - EPS) / gen_ms)
   if gens[n] then
     if where[key] ~= n then drop(key) end
     pend(sets, n, key, value)
@@ -294,11 +306,11 @@ local function drained(key, per_permit)
   local level, ts = 0, now
   local v = get(key)
   if v then
-    local l, t = string.match(v, '^([^:]+):(.+)$')
+    local l, t = match(v, '^([^:]+):(.+)$')
     level, ts = tonumber(l) or 0, tonumber(t) or now
   end
   if now > ts then
-    level = math.max(0, level - (now - ts) / per_permit)
+    level = max(0, level - (now - ts) / per_permit)
     ts = now
   end
   return level, ts
@@ -310,7 +322,10 @@ local try_run
 
 -- Floats are stored with 17 significant digits so they read back exactly.
 local function num(x)
-  return string.format('%.17g', x)
+  if x == floor(x) and x < 9e15 and x > -9e15 then
+    return fmt('%d', x)
+  end
+  return fmt('%.17g', x)
 end
 
 -- Writes back a "level:ts" state read by drained() (loaded is the level
