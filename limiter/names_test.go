@@ -19,7 +19,7 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 	r := newRig(t)
 	confs := map[string]string{ // a policy's 10 per hour, burst 10
 		"keys":   "=e1 10 3600000 10",
-		"hashes": "#rl:{policies}:s:e1.3600001 3600001 e1 10 3600000 10",
+		"hashes": "#rl:{policies}:s:e1.7200001 7200001 e1 10 3600000 10", // generations as long as two windows
 	}
 	for _, algo := range limiter.Algos {
 		script := r.scripts.Names(algo)

@@ -65,3 +65,41 @@ func TestPolicyMatch(t *testing.T) {
 		t.Errorf("match(other) = %s, want none", p.pattern)
 	}
 }
+
+// A policy's state generations are as long as its longest state without
+// waiting or debt, on every shard, and the epoch carries that length.
+func TestPolicyGenerations(t *testing.T) {
+	tb := func(rate, burst int64, iv time.Duration, shards int) limiter.Config {
+		return limiter.Config{Algo: limiter.TokenBucket, Rate: rate, Interval: iv, Burst: burst, Shards: shards, Mode: limiter.Overall}
+	}
+	sw := tb(10, 10, time.Second, 1)
+	sw.Algo = limiter.SlidingWindow
+	fw := tb(10, 10, time.Second, 1)
+	fw.Algo = limiter.FixedWindow
+	multi := tb(10, 10, time.Second, 1)
+	multi.Limits = limiter.Limits{{Rate: 1000, Interval: 24 * time.Hour}}
+	for _, c := range []struct {
+		c    limiter.Config
+		want int64
+	}{
+		{tb(100, 100, time.Hour, 1), 3600001},
+		{tb(100, 200, time.Hour, 1), 7200001}, // a full burst refills in two intervals
+		{tb(100, 50, time.Hour, 1), 3600001},
+		{tb(10, 10, time.Second, 3), 1335}, // shard 0 holds 4 permits, the last refills 3 per second: 1333.3 ms
+		{sw, 2001},
+		{fw, 1001},
+		{multi, 86400001},
+	} {
+		if got := genMs(c.c); got != c.want {
+			t.Errorf("genMs(%+v) = %d, want %d", c.c, got, c.want)
+		}
+		if got := epochGenMs(policyEpoch(c.c)); got != c.want {
+			t.Errorf("the epoch of %+v carries %d, want %d", c.c, got, c.want)
+		}
+	}
+	for _, e := range []string{"e0471843", "e1.", "e1.x", "e1.0", "e1.-5"} {
+		if got := epochGenMs(e); got != 0 {
+			t.Errorf("epochGenMs(%q) = %d, want 0 (state in keys)", e, got)
+		}
+	}
+}
