@@ -192,6 +192,22 @@ func TestPolicyStateInHashes(t *testing.T) {
 	if ex, _ := r.rdb.Exists(t.Context(), hashed.state()...).Result(); ex != 0 {
 		t.Errorf("a short state is a key of its own")
 	}
+	// A generation that ended is unlinked by the next call that writes
+	// (it would expire only a generation later).
+	idle := r.open(t, "idle", limiter.TokenBucket, "e1")
+	take(idle, conf)
+	gens, _ := r.rdb.Keys(t.Context(), "rl:{policies}:s:e1.101:[0-9]*").Result()
+	var old string
+	for _, g := range gens {
+		if ok, _ := r.rdb.HExists(t.Context(), g, idle.state()[0]).Result(); ok {
+			old = g
+		}
+	}
+	time.Sleep(140 * time.Millisecond) // past the end of idle's generation
+	take(hashed, conf)
+	if n, _ := r.rdb.Exists(t.Context(), old).Result(); old == "" || n != 0 {
+		t.Errorf("generation %q (idle's) ended but is still there", old)
+	}
 
 	// Charging 40 permits to a bucket of 10 leaves 40-50 in use, 400-500
 	// ms to drain, past both generations: a key, and the flag that says

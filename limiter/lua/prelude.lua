@@ -140,9 +140,13 @@ end
 -- policy governs on a standalone Redis (hash_prefix set): a key of its
 -- own costs a name ~175 B and a SET PX of 2-3 µs, most of its decision.
 -- There the state is a field (named by the key) of one of the policy's
--- generation hashes, "<hash_prefix>:<n>", which expire at n * gen_ms
+-- generation hashes, "<hash_prefix>:<n>", which end at n * gen_ms
 -- (Unix ms): a state that must last until t is in the hash of the first
--- generation ending at or after t. gen_ms is at least the longest
+-- generation ending at or after t. A generation that has ended is
+-- UNLINKed by the next call that writes (Redis frees a big hash off its
+-- main thread then; one that expires is freed on it unless
+-- lazyfree-lazy-expire is on: 370 ms for a million names), and expires
+-- one generation later, should no call come. gen_ms is at least the longest
 -- a state of the policy lasts (without waiting or debt), so a state is
 -- in one of the two generations alive now, and one HMGET and one HSET
 -- per generation serve a whole call of many names. A state is at most in
@@ -289,9 +293,12 @@ end
 -- Writes what keep() and drop() left pending: the end of every script.
 local function flush()
   if not gens then return end
+  if next(sets) then
+    redis.call('UNLINK', hash_prefix .. ':' .. (gen - 1))
+  end
   for n, l in pairs(sets) do
     redis.call('HSET', gens[n], unpack(l))
-    redis.call('PEXPIREAT', gens[n], n * gen_ms)
+    redis.call('PEXPIREAT', gens[n], (n + 1) * gen_ms)
   end
   for n, l in pairs(dels) do
     redis.call('HDEL', gens[n], unpack(l))
