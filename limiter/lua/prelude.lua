@@ -270,16 +270,19 @@ local function keep(key, value, us, stored)
   elseif value == stored and lasts(key, us) then
     return
   end
+  if gens then
+    local n = ceil(ceil((now + us) / 1000 - EPS) / gen_ms)
+    if gens[n] then
+      local w = where[key]
+      if w and w ~= n then drop(key) end
+      pend(sets, n, key, value)
+      where[key] = n
+      return
+    end
+  end
   local px = max(1, ms(us))
   if not gens then
     redis.call('SET', key, value, 'PX', px)
-    return
-  end
-  local n = ceil(ceil((now + us) / 1000 - EPS) / gen_ms)
-  if gens[n] then
-    if where[key] ~= n then drop(key) end
-    pend(sets, n, key, value)
-    where[key] = n
     return
   end
   if where[key] ~= 'long' then drop(key) end
@@ -343,7 +346,8 @@ local function keep_drained(key, level, loaded, ts, per_permit)
   if level <= EPS then
     drop(key)
   elseif level ~= loaded or not lasts(key, us) then
-    keep(key, num(level) .. ':' .. num(ts), us)
+    -- ts is whole microseconds (TIME's); one format call for both.
+    keep(key, fmt(level == floor(level) and '%d:%d' or '%.17g:%d', level, ts), us)
   end
 end
 
