@@ -475,3 +475,30 @@ func TestPolicyCluster(t *testing.T) {
 	h.Do(t, "RL.POLICY", "DEL", "user:*").Equal(int64(1))
 	h.Do(t, "RL.ACQUIRE", "user:1").Err(fmt.Sprintf(noSuch, "user:1"))
 }
+
+// KEEPSTATE keeps a policy's epoch, so its generations keep their length:
+// a rate change that makes states outlast them carries the permits used
+// over all the same, the states becoming keys of their own.
+func TestPolicyKeepStateOutgrowsGenerations(t *testing.T) {
+	t.Parallel()
+	h := start(t)
+	h.Do(t, "RL.POLICY", "SET", "k:*", 10, "1s").Equal(int64(1)) // generations of 1001 ms
+	h.Do(t, "RL.ACQUIRE", "k:1", 5).Granted(5)
+	h.Do(t, "RL.POLICY", "SET", "k:*", 10, "1h", "KEEPSTATE").Equal(int64(1))
+	// The 5 permits are carried over (less what refilled meanwhile at 10 per second).
+	n := h.Do(t, "RL.AVAILABLE", "k:1").Int()
+	if n < 5 || n > 10 {
+		t.Fatalf("available after KEEPSTATE: %d, want 5 or a little more", n)
+	}
+	h.Do(t, "RL.ACQUIRE", "k:1", n).Granted(0) // at 10 per hour, nothing refills meanwhile
+	h.Do(t, "RL.ACQUIRE", "k:1").Denied(0)
+	// 10 permits at 10 per hour last an hour, past both generations: a key.
+	b := h.backend.Client(t)
+	epoch := policyEpoch(t, h, "k:*")
+	state := limiter.Keys{Prefix: h.cfg.KeyPrefix}.Script(limiter.TokenBucket, "k:1", 0, epoch, "")[1]
+	if ttl, err := b.PTTL(context.Background(), state).Result(); err != nil || ttl < 50*time.Minute {
+		t.Errorf("state of k:1 (%s): PTTL %v %v, want about an hour", state, ttl, err)
+	}
+	h.Do(t, "RL.DEL", "k:1").Equal(int64(1))
+	h.Do(t, "RL.AVAILABLE", "k:1").Equal(int64(10))
+}
