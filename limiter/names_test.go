@@ -241,3 +241,19 @@ func TestPolicyStateInHashes(t *testing.T) {
 		t.Errorf("state after clear: %q", v)
 	}
 }
+
+// Generations as long as rlproxy makes them (genMs caps at 2^50 ms) work:
+// their names and ends (past 10^15 ms) are whole numbers Redis takes.
+func TestPolicyStateLongGenerations(t *testing.T) {
+	r := newRig(t)
+	const g = 1<<50 + 1
+	conf := fmt.Sprintf("#rl:{policies}:s:e1.%d %d e1 1 3153600000000 1000000", g, g) // 1 per 100 years, burst 1,000,000
+	l := r.open(t, "long", limiter.TokenBucket, "e1")
+	asks := []limiter.Ask{ask(5)}
+	if rep := l.call(limiter.OpAcquire, asks, limiter.AcquireArgs(conf, asks)); rep.Status != limiter.StatusOK || !rep.Results[0].Granted {
+		t.Fatalf("acquire: %+v", rep)
+	}
+	if v := r.state(t, l.state()[0]); v == "" {
+		t.Errorf("no state kept")
+	}
+}
