@@ -330,9 +330,15 @@ end
 -- keeps the name defined for those that do not.
 local try_run
 
--- Floats are stored with 17 significant digits so they read back exactly.
+-- Floats are stored with 17 significant digits so they read back exactly;
+-- whole numbers Lua can hold exactly as integers (TIME's microseconds)
+-- with %d, the same digits at a fraction of the cost.
+local function whole(x)
+  return x == floor(x) and x < 9e15 and x > -9e15
+end
+
 local function num(x)
-  if x == floor(x) and x < 9e15 and x > -9e15 then
+  if whole(x) then
     return fmt('%d', x)
   end
   return fmt('%.17g', x)
@@ -347,7 +353,7 @@ local function keep_drained(key, level, loaded, ts, per_permit)
     drop(key)
   elseif level ~= loaded or not lasts(key, us) then
     -- ts is whole microseconds (TIME's); one format call for both.
-    keep(key, fmt(level == floor(level) and '%d:%d' or '%.17g:%d', level, ts), us)
+    keep(key, fmt(whole(level) and '%d:%d' or '%.17g:%d', level, ts), us)
   end
 end
 
