@@ -128,7 +128,7 @@ func genMs(c limiter.Config) int64 {
 		case c.Algo == limiter.SlidingWindow:
 			span = 2 * ms
 		case c.Algo.HasBurst():
-			span = max(ms, float64(share(burst, n, 0))*ms/float64(max(1, share(rate, n, n-1))))
+			span = float64(share(burst, n, 0)) * ms / float64(max(1, share(rate, n, n-1)))
 		}
 		longest = max(longest, span)
 	}
