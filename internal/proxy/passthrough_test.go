@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -461,8 +462,6 @@ func TestPassthroughConnectionState(t *testing.T) {
 // and on the embedded backend (testdata/clients/*/gateway.*), and
 // redis-cli as a person types at it.
 func TestPassthroughClients(t *testing.T) {
-	node := nodeChecks(t)
-	python := pythonWithRedis(t)
 	for _, backend := range []string{"redis", "embedded"} {
 		t.Run(backend, func(t *testing.T) {
 			var h *harness
@@ -471,25 +470,7 @@ func TestPassthroughClients(t *testing.T) {
 			} else {
 				h = startProxy(t, nil, passthroughOn)
 			}
-			for i, s := range []struct {
-				name, dir string
-				cmd       []string
-			}{
-				{"redis-py", "python", []string{python, "gateway.py", h.port()}},
-				{"ioredis RESP2", "node", []string{node, "gateway.mjs", h.port(), "2"}},
-				{"ioredis RESP3", "node", []string{node, "gateway.mjs", h.port(), "3"}},
-			} {
-				t.Run(s.name, func(t *testing.T) {
-					ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-					defer cancel()
-					cmd := exec.CommandContext(ctx, s.cmd[0], append(s.cmd[1:], fmt.Sprintf("g%d:", i))...)
-					cmd.Dir = filepath.Join("testdata", "clients", s.dir)
-					out, err := cmd.CombinedOutput()
-					if err != nil || !strings.Contains(string(out), "ok gateway session") {
-						t.Fatalf("%s: %v\n%s", strings.Join(s.cmd, " "), err, out)
-					}
-				})
-			}
+			runGatewaySessions(t, h, false)
 			t.Run("redis-cli", func(t *testing.T) {
 				stdin := "SET cli:a 1\nGET cli:a\nRL.SETRATE cli 1 1h\nRL.ACQUIRE cli\nHSET cli:h f v\nHGETALL cli:h\nGET rl:x\nMONITOR\nECHO done\n"
 				out := h.run(t, "redis-cli", stdin, "--no-raw")
@@ -538,6 +519,36 @@ func TestPassthroughClients(t *testing.T) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// runGatewaySessions runs the application sessions of testdata/clients
+// (redis-py, ioredis RESP2 and RESP3) through h; on a cluster they expect
+// SCAN refused.
+func runGatewaySessions(t *testing.T, h *harness, cluster bool) {
+	node := nodeChecks(t)
+	python := pythonWithRedis(t)
+	for i, s := range []struct {
+		name, dir string
+		cmd       []string
+	}{
+		{"redis-py", "python", []string{python, "gateway.py", h.port()}},
+		{"ioredis RESP2", "node", []string{node, "gateway.mjs", h.port(), "2"}},
+		{"ioredis RESP3", "node", []string{node, "gateway.mjs", h.port(), "3"}},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, s.cmd[0], append(s.cmd[1:], fmt.Sprintf("g%d:", i))...)
+			cmd.Dir = filepath.Join("testdata", "clients", s.dir)
+			if cluster {
+				cmd.Env = append(os.Environ(), "RLPROXY_CLUSTER=1")
+			}
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "ok gateway session") {
+				t.Fatalf("%s: %v\n%s", strings.Join(s.cmd, " "), err, out)
+			}
 		})
 	}
 }
@@ -614,6 +625,7 @@ func TestPassthroughCluster(t *testing.T) {
 	if got := c.Call("BLPOP", "ck:list", "0.01"); got != "*-1" {
 		t.Fatalf("BLPOP on its key's node = %q", got)
 	}
+	t.Run("applications", func(t *testing.T) { runGatewaySessions(t, h, true) })
 
 	// Move ck:0's slot to another primary; the proxy still thinks it is
 	// where it was, gets MOVED and follows it.
