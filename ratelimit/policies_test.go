@@ -84,8 +84,8 @@ func TestPolicyGenerations(t *testing.T) {
 	}{
 		{tb(100, 100, time.Hour, 1), 3600001},
 		{tb(100, 200, time.Hour, 1), 7200001}, // a full burst refills in two intervals
-		{tb(100, 50, time.Hour, 1), 1800001}, // a full burst refills in half an interval
-		{tb(10, 10, time.Second, 3), 1335}, // shard 0 holds 4 permits, the last refills 3 per second: 1333.3 ms
+		{tb(100, 50, time.Hour, 1), 1800001},  // a full burst refills in half an interval
+		{tb(10, 10, time.Second, 3), 1335},    // shard 0 holds 4 permits, the last refills 3 per second: 1333.3 ms
 		{sw, 2001},
 		{fw, 1001},
 		{multi, 86400001},
