@@ -217,12 +217,13 @@ func overLimit(p ratelimit.Placed, r Request) error {
 // wait is a Lease that may wait: it queues on one sub-limiter (picked at
 // random when sharded) and asks again when woken, when the earliest lease
 // expires (first local waiter only), to keep its ticket, and once more at
-// its deadline.
+// its deadline. It is counted as waiting once its ticket is queued.
 func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
-	if err := s.waiters.Enter(); err != nil {
+	in, err := s.waiters.Enter()
+	if err != nil {
 		return Result{}, err
 	}
-	defer s.waiters.Leave()
+	defer in.Leave()
 	q := &queued{svc: s, r: r, w: &waiter{ticket: limiter.NewTicket(), wake: make(chan struct{}, 1)}}
 	if !r.Block {
 		q.deadline = time.Now().Add(r.MaxWait)
@@ -241,6 +242,7 @@ func (s *Service) wait(ctx context.Context, r Request) (Result, error) {
 		case rest <= 0:
 			return Result{Remaining: rep.Free, RetryAfterMs: usToMs(rep.RetryAfterUs)}, nil
 		}
+		in.Queued() // its ticket is in the queue: those asking later are behind it
 		if err := q.sleepUntil(ctx, rep, rest); err != nil {
 			return Result{}, err
 		}

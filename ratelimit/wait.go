@@ -31,6 +31,11 @@ import (
 // timeout): retry_after says when they could. BLOCK is never answered a
 // denial: a waiter whose permits are further off than a limiter books
 // ahead sleeps until they are within reach and asks again.
+//
+// A waiter takes its slot under max_waiters when it comes, and is counted
+// in waiting_clients once it has its place: its booking made (or its
+// denial read), or its place in the queue taken. A client sent after the
+// count read n is served after the n counted.
 
 // blockWait is how far ahead BLOCK may book: the longest interval.
 const blockWait = limiter.MaxInterval
@@ -38,10 +43,11 @@ const blockWait = limiter.MaxInterval
 // AcquireWait asks for permits, waiting up to timeout (or forever when
 // timeout is 0) for them. ctx ends when the client disconnects.
 func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Duration) (limiter.Result, error) {
-	if err := l.waiters.Enter(); err != nil {
+	in, err := l.waiters.Enter()
+	if err != nil {
 		return limiter.Result{}, err
 	}
-	defer l.waiters.Leave()
+	defer in.Leave()
 	deadline := time.Time{}
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -60,9 +66,9 @@ func (l *Limiters) AcquireWait(ctx context.Context, r Request, timeout time.Dura
 		return l.Acquire(ctx, r)
 	}
 	if st.Algo.Reserves() {
-		return l.reserve(ctx, r, st, deadline)
+		return l.reserve(ctx, r, st, deadline, in)
 	}
-	return l.queue(ctx, r, st, deadline)
+	return l.queue(ctx, r, st, deadline, in)
 }
 
 // WaitLeft is the wait allowed from now until deadline, never below
@@ -90,7 +96,7 @@ func nextAsk(wait time.Duration, deadline time.Time) (sleep time.Duration, ok bo
 	return wait, true
 }
 
-func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline time.Time) (limiter.Result, error) {
+func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline time.Time, in *Waiter) (limiter.Result, error) {
 	// The acquire path gives back what it grants to a client gone by the
 	// time the answer comes; here the waiter does it, exactly once.
 	actx := context.WithoutCancel(ctx)
@@ -103,6 +109,9 @@ func (l *Limiters) reserve(ctx context.Context, r Request, e *entry, deadline ti
 		if err != nil {
 			return res, err
 		}
+		// Booked (or told there is no room): those asking later book
+		// after it.
+		in.Queued()
 		booked := l.configs.get(r.Name) // the config the answer came under
 		if booked == nil {
 			booked = e
@@ -189,7 +198,7 @@ func (l *Limiters) giveBackFor(e *entry, r Request, shard int, cause error) erro
 	return cause
 }
 
-func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time.Time) (limiter.Result, error) {
+func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time.Time, in *Waiter) (limiter.Result, error) {
 	key := r.Name + "\x00" + clientKey(&e.Stored, r.Client)
 	q := l.queues.get(key)
 	defer l.queues.put(key)
@@ -204,7 +213,9 @@ func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time
 		lockCtx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	if err := q.lock(lockCtx); err != nil {
+	turn := q.join()
+	in.Queued() // in line: those coming later are behind it
+	if err := q.wait(lockCtx, turn); err != nil {
 		if ctx.Err() != nil {
 			return limiter.Result{}, context.Cause(ctx)
 		}
@@ -398,24 +409,34 @@ func (q *fifo) asksAt() time.Time {
 	return q.next
 }
 
-func (q *fifo) lock(ctx context.Context) error {
+// join takes a place in line for the lock and returns the turn to wait
+// for (nil: the lock is free, and now the caller's).
+func (q *fifo) join() (turn chan struct{}) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if !q.held {
 		q.held = true
-		q.mu.Unlock()
 		return nil
 	}
-	ch := make(chan struct{})
-	q.waiting = append(q.waiting, ch)
-	q.mu.Unlock()
+	turn = make(chan struct{})
+	q.waiting = append(q.waiting, turn)
+	return turn
+}
+
+// wait waits for the lock until turn (from join) comes; when ctx ends
+// first, it leaves the line and returns ctx's error.
+func (q *fifo) wait(ctx context.Context, turn chan struct{}) error {
+	if turn == nil {
+		return nil
+	}
 	select {
-	case <-ch:
+	case <-turn:
 		return nil
 	case <-ctx.Done():
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		for i, c := range q.waiting {
-			if c == ch {
+			if c == turn {
 				q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
 				return ctx.Err()
 			}

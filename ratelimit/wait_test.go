@@ -34,23 +34,45 @@ func TestWakeBetweenAskAndSleep(t *testing.T) {
 	}
 }
 
-// At most max waiters are let in; one leaving lets the next in; 0 is no
-// bound.
+// At most max waiters are let in, counted as waiting only once queued;
+// one leaving lets the next in; 0 is no bound.
 func TestWaitersBound(t *testing.T) {
 	var w Waiters
 	w.SetMax(2)
-	if w.Enter() != nil || w.Enter() != nil {
+	a, errA := w.Enter()
+	b, errB := w.Enter()
+	if errA != nil || errB != nil {
 		t.Fatal("a waiter within the bound was refused")
 	}
-	if err := w.Enter(); !errors.As(err, new(TooManyWaitersError)) {
-		t.Fatalf("third waiter with max 2: %v, want TooManyWaitersError", err)
+	if n := w.Len(); n != 0 {
+		t.Fatalf("%d waiting before any is queued, want 0", n)
 	}
-	w.Leave()
-	if err := w.Enter(); err != nil || w.Len() != 2 {
-		t.Fatalf("after one left: %v, %d waiting; want let in, 2", err, w.Len())
+	a.Queued()
+	a.Queued()
+	if n := w.Len(); n != 1 {
+		t.Fatalf("%d waiting with one queued (twice), want 1", n)
+	}
+	if _, err := w.Enter(); !errors.As(err, new(TooManyWaitersError)) {
+		t.Fatalf("third waiter with max 2 (one not queued yet): %v, want TooManyWaitersError", err)
+	}
+	b.Leave() // never queued
+	c, err := w.Enter()
+	if err != nil {
+		t.Fatalf("after one left: %v, want let in", err)
+	}
+	c.Queued()
+	if n := w.Len(); n != 2 {
+		t.Fatalf("%d waiting, want 2", n)
+	}
+	a.Leave()
+	c.Leave()
+	if n := w.Len(); n != 0 {
+		t.Fatalf("%d waiting after all left, want 0", n)
 	}
 	w.SetMax(0)
-	if err := w.Enter(); err != nil {
-		t.Fatalf("no bound: %v", err)
+	for range 3 {
+		if _, err := w.Enter(); err != nil {
+			t.Fatalf("no bound: %v", err)
+		}
 	}
 }

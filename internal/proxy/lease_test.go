@@ -114,9 +114,8 @@ if not epoch then return 0 end
 return redis.call('ZCARD', ARGV[1] .. ':' .. epoch .. ':q')`)
 
 // waitQueued waits until n waiters are queued on the shards of limiter
-// name: each has asked, been denied and sleeps until woken (a wake-up
-// sent from then on reaches it), where a waiter only counted in INFO may
-// not have asked yet.
+// name, in the backend (through every proxy): each has asked, been
+// denied and sleeps until woken (a wake-up sent from then on reaches it).
 func waitQueued(t testing.TB, rdb redis.Scripter, name string, shards int, n int64) {
 	t.Helper()
 	var got int64
