@@ -213,6 +213,13 @@ func FuzzParseAcquire(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, line string) {
 		args := append([]string{"RL.ACQUIRE"}, strings.Split(line, " ")...)
+		for _, w := range args[2:] {
+			for _, name := range waitOptions {
+				if got := isWord(w, name); got != (upperIs(w, name) || strings.EqualFold(w, name)) {
+					t.Fatalf("isWord(%q, %s) = %v", w, name, got)
+				}
+			}
+		}
 		r, err := ParseAcquire(args)
 		sameAsLease(t, args, r, err)
 		if err != nil {

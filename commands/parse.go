@@ -194,29 +194,45 @@ func (s waitSyntax) option(word string) int {
 		n = optTTL
 	}
 	for k, name := range waitOptions[:n] {
-		// RL.ACQUIRE matched its words with EqualFold and RL.LEASE as
-		// ToUpper does: both take every word either one took.
-		if upperIs(word, name) || strings.EqualFold(word, name) {
+		if isWord(word, name) {
 			return k
 		}
 	}
 	return -1
 }
 
+// isWord reports whether word is name, an upper-case ASCII word, in any
+// case. RL.ACQUIRE matched its words with strings.EqualFold and RL.LEASE
+// with strings.ToUpper (upperIs): both take every word either one took.
+// They differ only beyond ASCII, where a letter that matches an ASCII one
+// (ı, ſ, the Kelvin sign) takes more than one byte.
+func isWord(word, name string) bool {
+	if len(word) != len(name) {
+		return len(word) > len(name) && (upperIs(word, name) || strings.EqualFold(word, name))
+	}
+	for i := 0; i < len(word); i++ {
+		if word[i]&^0x20 != name[i] { // 'b'&^0x20 == 'B'; name has letters only
+			return false
+		}
+	}
+	return true
+}
+
 // parseWaitArgs parses [permits] and then s's options: the one parser of
 // RL.ACQUIRE and RL.LEASE, so that the same mistake gets the same error.
 func parseWaitArgs(rest []string, s waitSyntax) (waitArgs, error) {
 	w := waitArgs{permits: 1}
-	var err error
-	if len(rest) > 0 && s.option(rest[0]) < 0 {
-		if w.permits, err = parseCount("permits", rest[0], limiter.MaxRate); err != nil {
-			return waitArgs{}, err
-		}
-		rest = rest[1:]
-	}
 	var seen [len(waitOptions)]bool
-	for len(rest) > 0 {
+	for first := true; len(rest) > 0; first = false {
 		k := s.option(rest[0])
+		if k < 0 && first {
+			var err error
+			if w.permits, err = parseCount("permits", rest[0], limiter.MaxRate); err != nil {
+				return waitArgs{}, err
+			}
+			rest = rest[1:]
+			continue
+		}
 		if k < 0 {
 			return waitArgs{}, fmt.Errorf("syntax error near %s (expected %s)", quote(rest[0]), s.expected)
 		}
