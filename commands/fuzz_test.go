@@ -102,6 +102,11 @@ var acquireSeeds = []string{
 	"k BLOCK TIMEOUT 1s",
 	"k 1 2",
 	"k 1 TIMEOUT 1s BLOCK",
+	"k TIMEOUT 1s TIMEOUT 2s",
+	"k BLOCK BLOCK",
+	"k 1 TIMEOUT 1s x",
+	"k bloc\u212a",
+	"k TTL 1s",
 	"k x\r\n",
 	"",
 }
@@ -208,7 +213,15 @@ func FuzzParseAcquire(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, line string) {
 		args := append([]string{"RL.ACQUIRE"}, strings.Split(line, " ")...)
+		for _, w := range args[2:] {
+			for _, name := range waitOptions {
+				if got := isWord(w, name); got != (upperIs(w, name) || strings.EqualFold(w, name)) {
+					t.Fatalf("isWord(%q, %s) = %v", w, name, got)
+				}
+			}
+		}
 		r, err := ParseAcquire(args)
+		sameAsLease(t, args, r, err)
 		if err != nil {
 			checkErrText(t, err)
 			return
@@ -219,6 +232,32 @@ func FuzzParseAcquire(f *testing.F) {
 			t.Fatalf("%q parsed to an invalid request: %+v", args, r)
 		}
 	})
+}
+
+// sameAsLease checks that RL.LEASE, given RL.ACQUIRE's words without a
+// TTL, answers what RL.ACQUIRE did (r, err): the same request, or the
+// same error but for the hint naming its own syntax.
+func sameAsLease(t *testing.T, args []string, r Acquire, err error) {
+	t.Helper()
+	for _, w := range args[2:] {
+		if leaseSyntax.option(w) == optTTL {
+			return
+		}
+	}
+	l, lerr := ParseLease(append([]string{"RL.LEASE"}, args[1:]...))
+	if err == nil {
+		if want := (Lease{Name: r.Name, Permits: r.Permits, Timeout: r.Timeout, Block: r.Block}); lerr != nil || l != want {
+			t.Fatalf("RL.LEASE %q = %+v, %v; want %+v as RL.ACQUIRE's", args[1:], l, lerr, want)
+		}
+		return
+	}
+	want := err.Error()
+	if hint := " (expected " + acquireSyntax.expected + ")"; strings.HasSuffix(want, hint) {
+		want = strings.TrimSuffix(want, hint) + " (expected " + leaseSyntax.expected + ")"
+	}
+	if lerr == nil || lerr.Error() != want {
+		t.Fatalf("RL.LEASE %q = %+v, %v; want RL.ACQUIRE's error %q", args[1:], l, lerr, want)
+	}
 }
 
 // FuzzParseDuration is not run by `make test`; run it with

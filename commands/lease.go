@@ -3,11 +3,9 @@ package commands
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/rlproxy/rlproxy/lease"
-	"github.com/rlproxy/rlproxy/limiter"
 )
 
 // Lease is a parsed RL.LEASE.
@@ -21,50 +19,18 @@ type Lease struct {
 
 // ParseLease parses RL.LEASE key [permits] [TTL duration] [TIMEOUT duration | BLOCK].
 func ParseLease(args []string) (Lease, error) {
-	if len(args) < 2 || len(args) > 7 {
+	if len(args) < 2 {
 		return Lease{}, ArityError(args[0])
 	}
-	r := Lease{Name: args[1], Permits: 1}
-	rest := args[2:]
-	var err error
-	if len(rest) > 0 && !upperIs(rest[0], "TTL") && !isKeyword(rest[0]) {
-		if r.Permits, err = parseCount("permits", rest[0], limiter.MaxRate); err != nil {
-			return Lease{}, err
-		}
-		rest = rest[1:]
+	w, err := parseWaitArgs(args[2:], leaseSyntax)
+	if err != nil {
+		return Lease{}, err
 	}
-	seen := map[string]bool{}
-	for len(rest) > 0 {
-		opt := strings.ToUpper(rest[0])
-		if seen[opt] || (opt == "BLOCK" && seen["TIMEOUT"]) || (opt == "TIMEOUT" && seen["BLOCK"]) {
-			return Lease{}, fmt.Errorf("syntax error: option %s given twice, or with TIMEOUT and BLOCK both", quote(rest[0]))
-		}
-		seen[opt] = true
-		switch opt {
-		case "BLOCK":
-			r.Block = true
-			rest = rest[1:]
-			continue
-		case "TTL", "TIMEOUT":
-		default:
-			return Lease{}, fmt.Errorf("syntax error near %s (expected [permits] [TTL duration] [TIMEOUT duration | BLOCK])", quote(rest[0]))
-		}
-		if len(rest) < 2 {
-			return Lease{}, fmt.Errorf("syntax error: option %s needs a value", opt)
-		}
-		d, err := ParseDuration(opt, rest[1], maxTTL)
-		if err != nil {
-			return Lease{}, err
-		}
-		if opt == "TTL" {
-			r.TTL = d
-		} else {
-			r.Timeout = d
-		}
-		rest = rest[2:]
-	}
-	return r, nil
+	return Lease{Name: args[1], Permits: w.permits, TTL: w.ttl, Timeout: w.timeout, Block: w.block}, nil
 }
+
+// leaseSyntax: RL.LEASE also takes TTL, the lease's.
+var leaseSyntax = waitSyntax{ttl: true, expected: "[permits] [TTL duration] [TIMEOUT duration | BLOCK]"}
 
 // Leases returns RL.LEASE, RL.RETURN and RL.RENEW, served by s.
 func Leases(s *lease.Service) []Command {

@@ -1,12 +1,15 @@
 package commands
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/rlproxy/rlproxy/limiter"
 )
 
 // parseCount reads a positive integer argument no larger than max.
@@ -159,3 +162,109 @@ func upperIs(s, upper string) bool {
 	}
 	return i == len(upper)
 }
+
+// waitArgs are the words after the key that RL.ACQUIRE and RL.LEASE share.
+type waitArgs struct {
+	permits int64
+	ttl     time.Duration // RL.LEASE's only
+	timeout time.Duration
+	block   bool
+}
+
+// waitSyntax is one command's spelling of waitArgs.
+type waitSyntax struct {
+	ttl      bool   // TTL duration is an option
+	expected string // the words after the key, for "syntax error near"
+}
+
+// waitOptions are the options after permits, in any order and case, each
+// at most once; BLOCK takes no value, and only RL.LEASE takes TTL (last).
+var waitOptions = [...]string{"TIMEOUT", "BLOCK", "TTL"}
+
+const (
+	optTimeout = iota
+	optBlock
+	optTTL
+)
+
+// option finds word among s's options, or returns -1.
+func (s waitSyntax) option(word string) int {
+	n := len(waitOptions)
+	if !s.ttl {
+		n = optTTL
+	}
+	for k, name := range waitOptions[:n] {
+		if isWord(word, name) {
+			return k
+		}
+	}
+	return -1
+}
+
+// isWord reports whether word is name, an upper-case ASCII word, in any
+// case. RL.ACQUIRE matched its words with strings.EqualFold and RL.LEASE
+// with strings.ToUpper (upperIs): both take every word either one took.
+// They differ only beyond ASCII, where a letter that matches an ASCII one
+// (ı, ſ, the Kelvin sign) takes more than one byte.
+func isWord(word, name string) bool {
+	if len(word) != len(name) {
+		return len(word) > len(name) && (upperIs(word, name) || strings.EqualFold(word, name))
+	}
+	for i := 0; i < len(word); i++ {
+		if word[i]&^0x20 != name[i] { // 'b'&^0x20 == 'B'; name has letters only
+			return false
+		}
+	}
+	return true
+}
+
+// parseWaitArgs parses [permits] and then s's options: the one parser of
+// RL.ACQUIRE and RL.LEASE, so that the same mistake gets the same error.
+func parseWaitArgs(rest []string, s waitSyntax) (waitArgs, error) {
+	w := waitArgs{permits: 1}
+	var seen [len(waitOptions)]bool
+	for first := true; len(rest) > 0; first = false {
+		k := s.option(rest[0])
+		if k < 0 && first {
+			var err error
+			if w.permits, err = parseCount("permits", rest[0], limiter.MaxRate); err != nil {
+				return waitArgs{}, err
+			}
+			rest = rest[1:]
+			continue
+		}
+		if k < 0 {
+			return waitArgs{}, fmt.Errorf("syntax error near %s (expected %s)", quote(rest[0]), s.expected)
+		}
+		opt := waitOptions[k]
+		switch {
+		case seen[k]:
+			return waitArgs{}, fmt.Errorf("syntax error: option %s given twice", opt)
+		case k == optTimeout && seen[optBlock], k == optBlock && seen[optTimeout]:
+			return waitArgs{}, errTimeoutBlock
+		}
+		seen[k] = true
+		if k == optBlock {
+			w.block = true
+			rest = rest[1:]
+			continue
+		}
+		if len(rest) < 2 {
+			return waitArgs{}, fmt.Errorf("syntax error: option %s needs a value", opt)
+		}
+		d, err := ParseDuration(opt, rest[1], maxTTL)
+		if err != nil {
+			return waitArgs{}, err
+		}
+		if k == optTTL {
+			w.ttl = d
+		} else {
+			w.timeout = d
+		}
+		rest = rest[2:]
+	}
+	return w, nil
+}
+
+// errTimeoutBlock: TIMEOUT d waits up to d, BLOCK without end; not both.
+var errTimeoutBlock = errors.New("syntax error: TIMEOUT and BLOCK cannot be combined")

@@ -386,6 +386,9 @@ func TestParseAcquire(t *testing.T) {
 		{line: "k 7 block", want: Acquire{Name: "k", Permits: 7, Block: true}},
 		{line: "TIMEOUT", want: Acquire{Name: "TIMEOUT", Permits: 1}}, // the key may be any word
 		{line: "BLOCK BLOCK", want: Acquire{Name: "BLOCK", Permits: 1, Block: true}},
+		// Words in any case as strings.EqualFold or strings.ToUpper takes them.
+		{line: "k bloc\u212a", want: Acquire{Name: "k", Permits: 1, Block: true}},
+		{line: "k t\u0131meout 2s", want: Acquire{Name: "k", Permits: 1, Timeout: 2 * time.Second}},
 	}
 	for _, tt := range tests {
 		got, err := ParseAcquire(append([]string{"RL.ACQUIRE"}, words(tt.line)...))
@@ -402,7 +405,6 @@ func TestParseAcquireErrors(t *testing.T) {
 		err  string
 	}{
 		{args: words("RL.ACQUIRE"), err: "wrong number of arguments for 'rl.acquire' command"},
-		{args: words("RL.ACQUIRE k 1 TIMEOUT 1s BLOCK"), err: "wrong number of arguments for 'rl.acquire' command"},
 		{args: words("RL.ACQUIRE k 0"), err: "permits must be a positive integer, got '0'"},
 		{args: words("RL.ACQUIRE k -1"), err: "permits must be a positive integer, got '-1'"},
 		{args: words("RL.ACQUIRE k many"), err: "permits must be a positive integer, got 'many'"},
@@ -415,9 +417,12 @@ func TestParseAcquireErrors(t *testing.T) {
 		{args: words("RL.ACQUIRE k TIMEOUT 1x"), err: "invalid TIMEOUT '1x': use milliseconds or a number with ms, s, m, h or d (like 500ms, 1s, 10m)"},
 		{args: words("RL.ACQUIRE k TIMEOUT -1s"), err: "invalid TIMEOUT '-1s': use milliseconds or a number with ms, s, m, h or d (like 500ms, 1s, 10m)"},
 		{args: words("RL.ACQUIRE k TIMEOUT 3651d"), err: "TIMEOUT '3651d' is out of range (at most 3650d)"},
-		{args: words("RL.ACQUIRE k BLOCK TIMEOUT 1s"), err: "syntax error near 'BLOCK'" + near},
-		{args: words("RL.ACQUIRE k TIMEOUT 1s BLOCK"), err: "syntax error near 'TIMEOUT'" + near},
-		{args: words("RL.ACQUIRE k BLOCK 1"), err: "syntax error near 'BLOCK'" + near},
+		{args: words("RL.ACQUIRE k BLOCK TIMEOUT 1s"), err: "syntax error: TIMEOUT and BLOCK cannot be combined"},
+		{args: words("RL.ACQUIRE k 1 TIMEOUT 1s BLOCK"), err: "syntax error: TIMEOUT and BLOCK cannot be combined"},
+		{args: words("RL.ACQUIRE k BLOCK 1"), err: "syntax error near '1'" + near},
+		{args: words("RL.ACQUIRE k 1 TIMEOUT 1s extra"), err: "syntax error near 'extra'" + near},
+		{args: words("RL.ACQUIRE k 1 TTL 1s"), err: "syntax error near 'TTL'" + near}, // RL.LEASE's option only
+		{args: words("RL.ACQUIRE k TTL 1s"), err: "permits must be a positive integer, got 'TTL'"},
 		{args: words("RL.ACQUIRE k 1 2"), err: "syntax error near '2'" + near},
 		{args: words("RL.ACQUIRE k 1 WAIT"), err: "syntax error near 'WAIT'" + near},
 		{args: []string{"RL.ACQUIRE", "k", "1", "X\r\n"}, err: `syntax error near 'X  '` + near},
@@ -425,6 +430,49 @@ func TestParseAcquireErrors(t *testing.T) {
 	for _, tt := range tests {
 		r, err := ParseAcquire(tt.args)
 		expectParseError(t, tt.args, r, err, tt.err)
+	}
+}
+
+// RL.ACQUIRE and RL.LEASE share [permits] [TIMEOUT duration | BLOCK]:
+// the same mistake there is the same error, but for the hint of each
+// command's own syntax.
+func TestParseAcquireLeaseSameErrors(t *testing.T) {
+	const near = " (expected <syntax>)"
+	tests := []struct{ line, err string }{
+		{"k TIMEOUT 1s TIMEOUT 2s", "syntax error: option TIMEOUT given twice"},
+		{"k 3 timeout 1s TIMEOUT", "syntax error: option TIMEOUT given twice"},
+		{"k TIMEOUT 1s BLOCK", "syntax error: TIMEOUT and BLOCK cannot be combined"},
+		{"k 1 block timeout 1s", "syntax error: TIMEOUT and BLOCK cannot be combined"},
+		{"k BLOCK TIMEOUT", "syntax error: TIMEOUT and BLOCK cannot be combined"},
+		{"k BLOCK BLOCK", "syntax error: option BLOCK given twice"},
+		{"k 2 block Block", "syntax error: option BLOCK given twice"},
+		{"k TIMEOUT", "syntax error: option TIMEOUT needs a value"},
+		{"k 2 timeout", "syntax error: option TIMEOUT needs a value"},
+		{"k TIMEOUT 0", "TIMEOUT '0' must be a whole number of milliseconds, at least 1"},
+		{"k TIMEOUT soon", "invalid TIMEOUT 'soon': use milliseconds or a number with ms, s, m, h or d (like 500ms, 1s, 10m)"},
+		{"k 1 WAIT", "syntax error near 'WAIT'" + near},
+		{"k 1 TIMEOUT 1s WAIT 1s", "syntax error near 'WAIT'" + near},
+		{"k BLOCK 1", "syntax error near '1'" + near},
+		{"k 1 2", "syntax error near '2'" + near},
+		{"k WAIT", "permits must be a positive integer, got 'WAIT'"},
+		{"k 0", "permits must be a positive integer, got '0'"},
+		{"k -1 BLOCK", "permits must be a positive integer, got '-1'"},
+		{"k 1.5", "permits must be a positive integer, got '1.5'"},
+		{"k 1000000001", "permits is out of range, got '1000000001' (at most 1000000000)"},
+	}
+	for _, tt := range tests {
+		for _, c := range []struct {
+			name   string
+			syntax waitSyntax
+			parse  func([]string) (any, error)
+		}{
+			{"RL.ACQUIRE", acquireSyntax, func(a []string) (any, error) { return ParseAcquire(a) }},
+			{"RL.LEASE", leaseSyntax, func(a []string) (any, error) { return ParseLease(a) }},
+		} {
+			args := append([]string{c.name}, words(tt.line)...)
+			r, err := c.parse(args)
+			expectParseError(t, args, r, err, strings.Replace(tt.err, "<syntax>", c.syntax.expected, 1))
+		}
 	}
 }
 

@@ -224,34 +224,15 @@ type Acquire struct {
 
 // ParseAcquire parses RL.ACQUIRE key [permits] [TIMEOUT duration | BLOCK].
 func ParseAcquire(args []string) (Acquire, error) {
-	if len(args) < 2 || len(args) > 5 {
+	if len(args) < 2 {
 		return Acquire{}, ArityError(args[0])
 	}
-	r := Acquire{Name: args[1], Permits: 1}
-	rest := args[2:]
-	var err error
-	if len(rest) > 0 && !isKeyword(rest[0]) {
-		if r.Permits, err = parseCount("permits", rest[0], limiter.MaxRate); err != nil {
-			return Acquire{}, err
-		}
-		rest = rest[1:]
+	w, err := parseWaitArgs(args[2:], acquireSyntax)
+	if err != nil {
+		return Acquire{}, err
 	}
-	switch {
-	case len(rest) == 0:
-	case len(rest) == 1 && strings.EqualFold(rest[0], "BLOCK"):
-		r.Block = true
-	case len(rest) == 2 && strings.EqualFold(rest[0], "TIMEOUT"):
-		if r.Timeout, err = ParseDuration("TIMEOUT", rest[1], maxTTL); err != nil {
-			return Acquire{}, err
-		}
-	case len(rest) == 1 && strings.EqualFold(rest[0], "TIMEOUT"):
-		return Acquire{}, fmt.Errorf("syntax error: option TIMEOUT needs a value")
-	default:
-		return Acquire{}, fmt.Errorf("syntax error near %s (expected [permits] [TIMEOUT duration | BLOCK])", quote(rest[0]))
-	}
-	return r, nil
+	return Acquire{Name: args[1], Permits: w.permits, Timeout: w.timeout, Block: w.block}, nil
 }
 
-func isKeyword(s string) bool {
-	return strings.EqualFold(s, "TIMEOUT") || strings.EqualFold(s, "BLOCK")
-}
+// acquireSyntax: RL.ACQUIRE takes no TTL.
+var acquireSyntax = waitSyntax{expected: "[permits] [TIMEOUT duration | BLOCK]"}

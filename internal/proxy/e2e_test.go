@@ -299,7 +299,6 @@ func TestBadInput(t *testing.T) {
 			{arity("RL.SETRATE"), []string{"RL.SETRATE", "k"}},
 			{arity("RL.SETRATE"), []string{"RL.SETRATE", "k", "10"}},
 			{arity("RL.ACQUIRE"), []string{"RL.ACQUIRE"}},
-			{arity("RL.ACQUIRE"), []string{"RL.ACQUIRE", "k", "1", "TIMEOUT", "1s", "extra"}},
 			{arity("RL.AVAILABLE"), []string{"RL.AVAILABLE"}},
 			{arity("RL.AVAILABLE"), []string{"RL.AVAILABLE", "k", "extra"}},
 			{arity("RL.GETRATE"), []string{"RL.GETRATE"}},
@@ -361,6 +360,12 @@ func TestBadInput(t *testing.T) {
 			{"syntax error near 'FOO'", []string{"RL.ACQUIRE", "k", "1", "FOO"}},
 			{"syntax error", []string{"RL.ACQUIRE", "k", "1", "BLOCK", "BLOCK"}},
 			{"option TIMEOUT needs a value", []string{"RL.ACQUIRE", "k", "TIMEOUT"}},
+			{"syntax error near 'extra'", []string{"RL.ACQUIRE", "k", "1", "TIMEOUT", "1s", "extra"}},
+			// RL.ACQUIRE and RL.LEASE share one parser, and its errors.
+			{"ERR syntax error: option TIMEOUT given twice", []string{"RL.ACQUIRE", "k", "TIMEOUT", "1s", "TIMEOUT", "2s"}},
+			{"ERR syntax error: option TIMEOUT given twice", []string{"RL.LEASE", "k", "TIMEOUT", "1s", "TIMEOUT", "2s"}},
+			{"ERR syntax error: TIMEOUT and BLOCK cannot be combined", []string{"RL.ACQUIRE", "k", "1", "TIMEOUT", "1s", "BLOCK"}},
+			{"ERR syntax error: TIMEOUT and BLOCK cannot be combined", []string{"RL.LEASE", "k", "1", "TIMEOUT", "1s", "BLOCK"}},
 
 			// Unknown algorithm.
 			{"unknown algorithm 'gcra'", []string{"RL.SETRATE", "k", "10", "1s", "ALGO", "gcra"}},
