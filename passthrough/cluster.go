@@ -170,9 +170,9 @@ func (s *Session) follow(w *waiter, cmd []string, proto int, f []byte) bool {
 		return false
 	}
 	if ask {
-		c.send([][]string{{"ASKING"}, cmd}, []*waiter{{s: s, reply: func([]byte, error) {}}, w})
+		c.send([][]string{{"ASKING"}, cmd}, []*waiter{{s: s, reply: func([]byte, error) {}}, w}, false)
 	} else {
-		c.send([][]string{cmd}, []*waiter{w})
+		c.send([][]string{cmd}, []*waiter{w}, false)
 	}
 	return true
 }

@@ -6,11 +6,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rlproxy/rlproxy/internal/busypoll"
@@ -56,7 +58,15 @@ type conn struct {
 	// subscribed: RESP2 arrays may be Pub/Sub messages (set by the session
 	// when it sends a subscribe, cleared when no subscription is left).
 	subscribed atomic.Bool
-	done       chan struct{} // closed when the reader ends
+
+	r *bufio.Reader
+	// A lazy connection (a shared one, not under TLS) has no reader while
+	// no reply is awaited: the sender that makes it busy reads (reading),
+	// inline or on a new goroutine. Whether Redis closed it meanwhile is
+	// checked on the socket (raw) before it is used.
+	lazy    bool
+	raw     syscall.RawConn
+	reading bool
 
 	// The watchdog's view (its goroutine only): the head waiter it saw
 	// last, and when it first saw it there.
@@ -76,8 +86,9 @@ type dialOptions struct {
 }
 
 // dial connects and prepares a connection for protocol proto: HELLO 3
-// for RESP3 clients, AUTH and SELECT as the backend's URL says.
-func dial(ctx context.Context, o dialOptions, proto int) (*conn, error) {
+// for RESP3 clients, AUTH and SELECT as the backend's URL says. A lazy
+// one (shared) is read only while replies are awaited.
+func dial(ctx context.Context, o dialOptions, proto int, lazy bool) (*conn, error) {
 	d := net.Dialer{Timeout: o.timeout}
 	nc, err := d.DialContext(ctx, "tcp", o.addr)
 	if err != nil {
@@ -129,8 +140,15 @@ func dial(ctx context.Context, o dialOptions, proto int) (*conn, error) {
 		}
 		_ = nc.SetDeadline(time.Time{})
 	}
-	c := &conn{nc: nc, addr: o.addr, done: make(chan struct{})}
-	go c.read(r)
+	c := &conn{nc: nc, addr: o.addr, r: r}
+	if sc, ok := nc.(syscall.Conn); ok && lazy && canPeek {
+		c.raw, _ = sc.SyscallConn()
+		c.lazy = c.raw != nil
+	}
+	if !c.lazy {
+		c.reading = true
+		go c.read()
+	}
 	return c, nil
 }
 
@@ -142,8 +160,12 @@ func userOrDefault(u string) string {
 }
 
 // send writes commands; each reply comes through its waiter. On a broken
-// connection every waiter is answered the error at once.
-func (c *conn) send(cmds [][]string, ws []*waiter) {
+// connection every waiter is answered the error at once. inline (the
+// caller is the client's own goroutine, at light load) lets the caller
+// read the replies itself when nobody reads the connection: one
+// goroutine then polls for the reply and, right after, for the client's
+// next request, with no wake-up of another goroutine in between.
+func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -157,6 +179,11 @@ func (c *conn) send(cmds [][]string, ws []*waiter) {
 		c.out = appendCommand(c.out, cmd)
 	}
 	c.waiters = append(c.waiters, ws...)
+	// Nobody reads a lazy connection with no reply awaited: the waiters
+	// just added are the first, and whoever added them starts reading
+	// (once they are written).
+	start := c.lazy && !c.reading
+	c.reading = c.reading || start
 	for len(c.out) > 0 && !c.writing && c.err == nil {
 		c.writing = true
 		b := c.out
@@ -173,17 +200,23 @@ func (c *conn) send(cmds [][]string, ws []*waiter) {
 		}
 	}
 	c.mu.Unlock()
+	switch {
+	case start && inline:
+		c.readInline(len(ws))
+	case start:
+		go c.read()
+	}
 }
 
 // read hands each frame to the waiter at the head, in order. Replies
 // are filled quietly and each client's are written once the frames read
 // so far are handed out (flushing), so a pipeline's replies go to the
-// client in one write.
-func (c *conn) read(r *bufio.Reader) {
-	defer close(c.done)
+// client in one write. On a lazy connection it ends when no reply is
+// awaited.
+func (c *conn) read() {
 	var got flushing
 	for {
-		f, err := readFrame(r)
+		f, err := readFrame(c.r)
 		if err != nil {
 			got.flush()
 			c.fail(err)
@@ -196,10 +229,51 @@ func (c *conn) read(r *bufio.Reader) {
 			return
 		}
 		got.add(s)
-		if r.Buffered() == 0 {
+		if c.r.Buffered() == 0 {
 			got.flush()
+			if c.lazy && c.stopReading() {
+				return
+			}
 		}
 	}
+}
+
+// readInline reads the replies of the n commands just sent to a lazy
+// connection nobody was reading (so they are the first), then hands the
+// reading to a goroutine if other clients' replies are awaited.
+func (c *conn) readInline(n int) {
+	var got flushing
+	defer got.flush()
+	for range n {
+		f, err := readFrame(c.r)
+		if err != nil {
+			got.flush()
+			c.fail(err)
+			return
+		}
+		s, ok := c.deliver(f)
+		if !ok {
+			got.flush()
+			c.fail(errors.New("a reply nobody asked for"))
+			return
+		}
+		got.add(s)
+	}
+	if c.r.Buffered() > 0 || !c.stopReading() {
+		go c.read()
+	}
+}
+
+// stopReading ends the reading of a lazy connection when no reply is
+// awaited, and reports whether it did.
+func (c *conn) stopReading() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.waiters) > 0 || c.err != nil {
+		return false
+	}
+	c.reading = false
+	return true
 }
 
 // flushing are the sessions that got replies not yet written.
@@ -294,11 +368,21 @@ func (c *conn) end(err error) {
 	}
 }
 
-// broken reports whether the connection is done.
+// broken reports whether the connection is done. An idle lazy
+// connection that Redis closed (its timeout, CLIENT KILL, a restart) is
+// found so here, so that the next command goes on a new one.
 func (c *conn) broken() bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err != nil
+	// Checked with mu held: no command can be sent meanwhile, so any
+	// byte there is one nobody asked for.
+	gone := c.lazy && !c.reading && c.err == nil && peerClosed(c.raw)
+	err := c.err
+	c.mu.Unlock()
+	if gone {
+		c.fail(io.EOF)
+		return true
+	}
+	return err != nil
 }
 
 // idle reports whether no reply is awaited.

@@ -258,7 +258,7 @@ func (g *Gateway) sharedConnAt(addr string, id uint64, proto int) (*conn, error)
 	if c := slots[i]; c != nil && !c.broken() {
 		return c, nil
 	}
-	c, err := g.dialAt(addr, proto)
+	c, err := g.dialAt(addr, proto, true)
 	if err != nil {
 		return nil, err
 	}
@@ -266,14 +266,15 @@ func (g *Gateway) sharedConnAt(addr string, id uint64, proto int) (*conn, error)
 	return c, nil
 }
 
-// dialAt opens a connection to the node at addr.
-func (g *Gateway) dialAt(addr string, proto int) (*conn, error) {
+// dialAt opens a connection to the node at addr; a lazy one (shared)
+// is read only while replies are awaited.
+func (g *Gateway) dialAt(addr string, proto int, lazy bool) (*conn, error) {
 	o := g.dial
 	o.addr = addr
 	if g.cluster != nil {
 		o.db = 0 // a cluster has database 0 only
 	}
-	c, err := dial(context.Background(), o, proto)
+	c, err := dial(context.Background(), o, proto, lazy)
 	if err == nil {
 		g.liveMu.Lock()
 		g.live[c] = true
@@ -309,7 +310,7 @@ func (g *Gateway) pin(s *Session, proto int, addr string) (*conn, error) {
 	g.mu.Unlock()
 	if c == nil {
 		var err error
-		if c, err = g.dialAt(addr, proto); err != nil {
+		if c, err = g.dialAt(addr, proto, false); err != nil {
 			g.pinned.Add(-1)
 			return nil, err
 		}

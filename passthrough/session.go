@@ -84,14 +84,15 @@ func (s *Session) Close() {
 
 // batch is a run of commands for one connection, written at once.
 type batch struct {
-	c    *conn
-	cmds [][]string
-	ws   []*waiter
+	c      *conn
+	cmds   [][]string
+	ws     []*waiter
+	inline bool // the client's goroutine may read the replies (conn.send)
 }
 
 func (b *batch) flush() {
 	if len(b.cmds) > 0 {
-		b.c.send(b.cmds, b.ws)
+		b.c.send(b.cmds, b.ws, b.inline)
 	}
 	b.c, b.cmds, b.ws = nil, nil, nil
 }
@@ -100,7 +101,13 @@ func (b *batch) flush() {
 // call i's reply frame exactly once, perhaps later and on another
 // goroutine, followed (soon) by a call of the session's flush.
 func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame []byte)) {
-	var b batch
+	// At light load the client's goroutine reads a lone command's reply
+	// itself, so that it polls for it (package busypoll) and then for the
+	// client's next request: no other goroutine's wake-up in between.
+	// Under load, and for pipelines (whose replies are written as they
+	// come), a reader goroutine per connection reads the replies of many
+	// clients.
+	b := batch{inline: len(calls) == 1 && s.g.o.Poller.Quiet()}
 	defer b.flush()
 	for i, args := range calls {
 		name := strings.ToUpper(args[0])

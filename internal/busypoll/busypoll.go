@@ -74,6 +74,13 @@ func (p *Poller) Begin() {
 	}
 }
 
+// Quiet reports whether reads may poll now: requests have come one at
+// a time for a while (a nil Poller: never).
+func (p *Poller) Quiet() bool {
+	return p != nil && p.inProgress.Load() <= 1 && !p.overlapped.Load() &&
+		int64(time.Since(start)) >= p.busyUntil.Load()
+}
+
 // End marks a request done.
 func (p *Poller) End() {
 	if p != nil {

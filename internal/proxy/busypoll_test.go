@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -63,5 +65,46 @@ func TestBusyPoll(t *testing.T) {
 				t.Fatalf("polling off, but INFO says %v", st)
 			}
 		})
+	}
+}
+
+// Through the gateway, a lone command's reply is read by the client's own
+// goroutine, polling for it (no reader goroutine to wake), and then the
+// client's next command is polled for. A shared connection has no reader
+// while idle; one Redis closed meanwhile is found so before use, and the
+// next command goes on a new one.
+func TestBusyPollForwarded(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("busy polling needs two CPUs")
+	}
+	h := start(t, passthroughOn, func(c *config.Config) { c.BusyPoll = 10 * time.Millisecond })
+	h.Do(t, "SET", "bpf", "v").Equal("OK")
+	before := busyPollStats(t, h)["busy_poll_reads"]
+	const lone = 20
+	for range lone {
+		h.Do(t, "GET", "bpf").Equal("v")
+	}
+	if polled := busyPollStats(t, h)["busy_poll_reads"] - before; polled < lone {
+		t.Fatalf("%d forwarded commands one at a time, yet only %d reads polled", lone, polled)
+	}
+	// The proxy runs in this process: its goroutines are ours to see.
+	readers := func() error {
+		buf := make([]byte, 1<<22)
+		if n := strings.Count(string(buf[:runtime.Stack(buf, true)]), "passthrough.(*conn).read("); n > 0 {
+			return fmt.Errorf("%d goroutines read idle backend connections", n)
+		}
+		return nil
+	}
+	if err := eventually(2*time.Second, readers); err != nil {
+		t.Fatal(err)
+	}
+
+	b := h.backend.Client(t)
+	killed, err := b.ClientKillByFilter(context.Background(), "TYPE", "normal", "SKIPME", "yes").Result()
+	if err != nil || killed == 0 {
+		t.Fatalf("CLIENT KILL of rlproxy's connections: %d, %v", killed, err)
+	}
+	for range 3 {
+		h.Do(t, "GET", "bpf").Equal("v")
 	}
 }
