@@ -215,20 +215,7 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 // awaited.
 func (c *conn) read() {
 	var got flushing
-	for {
-		f, err := readFrame(c.r)
-		if err != nil {
-			got.flush()
-			c.fail(err)
-			return
-		}
-		s, ok := c.deliver(f)
-		if !ok {
-			got.flush()
-			c.fail(errors.New("a reply nobody asked for"))
-			return
-		}
-		got.add(s)
+	for c.readOne(&got) {
 		if c.r.Buffered() == 0 {
 			got.flush()
 			if c.lazy && c.stopReading() {
@@ -245,23 +232,33 @@ func (c *conn) readInline(n int) {
 	var got flushing
 	defer got.flush()
 	for range n {
-		f, err := readFrame(c.r)
-		if err != nil {
-			got.flush()
-			c.fail(err)
+		if !c.readOne(&got) {
 			return
 		}
-		s, ok := c.deliver(f)
-		if !ok {
-			got.flush()
-			c.fail(errors.New("a reply nobody asked for"))
-			return
-		}
-		got.add(s)
 	}
 	if c.r.Buffered() > 0 || !c.stopReading() {
 		go c.read()
 	}
+}
+
+// readOne reads a frame and hands it to its waiter, adding the waiter's
+// session to got; on a broken connection it fails it (every waiter is
+// answered) and reports false.
+func (c *conn) readOne(got *flushing) bool {
+	f, err := readFrame(c.r)
+	if err != nil {
+		got.flush()
+		c.fail(err)
+		return false
+	}
+	s, ok := c.deliver(f)
+	if !ok {
+		got.flush()
+		c.fail(errors.New("a reply nobody asked for"))
+		return false
+	}
+	got.add(s)
+	return true
 }
 
 // stopReading ends the reading of a lazy connection when no reply is
