@@ -22,7 +22,7 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 		"hashes": "#rl:{policies}:s:e1.7200001 7200001 e1 10 3600000 10", // generations as long as two windows
 	}
 	for _, algo := range limiter.Algos {
-		script := r.scripts.Names(algo)
+		script := r.scripts.Names(limiter.Config{Algo: algo})
 		if script == nil {
 			continue
 		}
@@ -255,5 +255,74 @@ func TestPolicyStateLongGenerations(t *testing.T) {
 	}
 	if v := r.state(t, l.state()[0]); v == "" {
 		t.Errorf("no state kept")
+	}
+}
+
+// A policy of several limits (10 per hour, and 3 per minute) is decided
+// by one names call too, each name as the multi-limit script decides it
+// alone: a name is granted only while every limit has room.
+func TestNamesMultiLimit(t *testing.T) {
+	r := newRig(t)
+	confs := map[string]string{
+		"keys":   "=e1 10 3600000 10 3:60000",
+		"hashes": "#rl:{policies}:s:e1.7200001 7200001 e1 10 3600000 10 3:60000",
+	}
+	for _, algo := range []limiter.Algo{limiter.TokenBucket, limiter.FixedWindow, limiter.SlidingWindow} {
+		c := multi(limiter.Config{Algo: algo, Rate: 10, Interval: time.Hour, Burst: 10, Shards: 1, Mode: limiter.Overall},
+			limiter.Limit{Rate: 3, Interval: time.Minute})
+		script := r.scripts.Names(c)
+		for mode, conf := range confs {
+			t.Run(string(algo)+"/"+mode, func(t *testing.T) {
+				open := func(name string) *lim {
+					l := r.open(t, "multi"+mode+string(algo)+name, algo, "e1")
+					l.limits, l.script = 2, r.scripts.For(c)
+					return l
+				}
+				asks := []limiter.Ask{ask(1), ask(1), ask(2), ask(1)}
+				var names []limiter.NameAsks
+				var twins []*lim
+				for i, used := range []int{0, 1, 2, 3} {
+					n, tw := open(fmt.Sprintf(":n:%d", i)), open(fmt.Sprintf(":m:%d", i))
+					for range used {
+						for _, l := range []*lim{n, tw} {
+							l.mustOK(l.call(limiter.OpAcquire, []limiter.Ask{ask(1)}, limiter.AcquireArgs(conf, []limiter.Ask{ask(1)})))
+						}
+					}
+					names = append(names, limiter.NameAsks{Keys: n.keys(), Asks: asks})
+					twins = append(twins, tw)
+				}
+				keys, args := limiter.NamesArgs(conf, names)
+				v, err := script.Run(t.Context(), r.rdb, keys, args...).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				reps, err := limiter.DecodeNames(v, names)
+				if err != nil {
+					t.Fatal(err)
+				}
+				granted := 0
+				for i, tw := range twins {
+					want := tw.call(limiter.OpAcquire, asks, limiter.AcquireArgs(conf, asks))
+					if reps[i].Status != limiter.StatusOK || want.Status != limiter.StatusOK {
+						t.Fatalf("name %d: status %d (alone %d)", i, reps[i].Status, want.Status)
+					}
+					for j, got := range reps[i].Results {
+						w := want.Results[j]
+						if got.Granted {
+							granted++
+						}
+						if got.Granted != w.Granted || got.Remaining != w.Remaining {
+							t.Errorf("name %d ask %d: granted %v remaining %d, alone granted %v remaining %d",
+								i, j, got.Granted, got.Remaining, w.Granted, w.Remaining)
+						}
+					}
+				}
+				// 3 per minute decides: the names that had used 0, 1, 2 and 3
+				// are granted 1, 1 and the last 1 (not 2); 1, 1; 1; nothing.
+				if granted != 6 {
+					t.Errorf("%d asks granted over the 4 names, want 6 (the minute's limit of 3 decides)", granted)
+				}
+			})
+		}
 	}
 }

@@ -23,8 +23,9 @@ type Scripts struct {
 	acquire map[Algo]*redis.Script
 	// multi are the multi-limit variants (see For).
 	multi map[Algo]*redis.Script
-	// names decide many names a policy governs in one call (see Names).
-	names map[Algo]*redis.Script
+	// names decide many names a policy governs in one call (see Names),
+	// namesMulti those of a policy of several limits.
+	names, namesMulti map[Algo]*redis.Script
 	// SetConf creates or replaces the config of one sub-limiter (setconf.lua).
 	SetConf *redis.Script
 	// Reset moves a sub-limiter to a new epoch: fresh state (reset.lua).
@@ -43,10 +44,12 @@ func NewScripts() *Scripts {
 		acquire: map[Algo]*redis.Script{},
 		multi:   map[Algo]*redis.Script{},
 		names:   map[Algo]*redis.Script{},
-		SetConf: redis.NewScript(lua("setconf.lua")),
-		Reset:   redis.NewScript(lua("reset.lua")),
-		Cell:    redis.NewScript(lua("cell.lua")),
-		Policy:  redis.NewScript(lua("policy.lua")),
+
+		namesMulti: map[Algo]*redis.Script{},
+		SetConf:    redis.NewScript(lua("setconf.lua")),
+		Reset:      redis.NewScript(lua("reset.lua")),
+		Cell:       redis.NewScript(lua("cell.lua")),
+		Policy:     redis.NewScript(lua("policy.lua")),
 	}
 	files := map[Algo]string{
 		TokenBucket:   "token_bucket.lua",
@@ -66,8 +69,9 @@ func NewScripts() *Scripts {
 		// Redis). It refuses a config of several limits rather than
 		// enforce only the first.
 		s.acquire[algo] = redis.NewScript(prelude + oneLimit + body + epilogue)
-		s.multi[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("multi.lua") + epilogue)
-		s.names[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("names.lua"))
+		s.multi[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("multi.lua") + multiKeys + epilogue)
+		s.names[algo] = redis.NewScript(prelude + wrapLimit(body) + "local new_multi\n" + lua("names.lua"))
+		s.namesMulti[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("multi.lua") + lua("names.lua"))
 	}
 	// The semaphore has ops of its own (no epilogue); it answers peek as
 	// the others do, so RL.AVAILABLE reads it the same way.
@@ -79,6 +83,14 @@ func NewScripts() *Scripts {
 // several limits (conf[6]: sub_limits, set only when there are several).
 const oneLimit = "if conf[6] then return redis.error_reply(" +
 	"'ERR internal: a limiter of several limits called with the one-limit script') end\n"
+
+// multiKeys makes the limits of the script's own KEYS (multi.lua) the
+// limiter epilogue.lua decides with.
+const multiKeys = `local m = new_multi(KEYS)
+if not m then return {2, conf[1]} end
+local capacity, load, save, available, give, try, charge = m.capacity, m.load, m.save, m.available, m.give, m.try, m.charge
+try_run = m.try_run
+`
 
 // For returns the script that serves a limiter of config c: the
 // algorithm's, or its multi-limit variant when c has further Limits; nil
@@ -109,7 +121,7 @@ func (s *Scripts) Limiter(algo Algo) *redis.Script {
 func (s *Scripts) All() []*redis.Script {
 	all := []*redis.Script{s.SetConf, s.Reset, s.Cell, s.Policy}
 	for _, a := range Algos {
-		for _, m := range []map[Algo]*redis.Script{s.acquire, s.multi, s.names} {
+		for _, m := range []map[Algo]*redis.Script{s.acquire, s.multi, s.names, s.namesMulti} {
 			if sc := m[a]; sc != nil {
 				all = append(all, sc)
 			}
@@ -119,6 +131,11 @@ func (s *Scripts) All() []*redis.Script {
 }
 
 // Names returns the script that decides acquires for many names of one
-// policy on one node in one call (names.lua: one limit, one shard, no
+// policy of config c on one node in one call (names.lua: one shard, no
 // waiting), or nil for an algorithm without one.
-func (s *Scripts) Names(algo Algo) *redis.Script { return s.names[algo] }
+func (s *Scripts) Names(c Config) *redis.Script {
+	if len(c.Limits.List()) > 0 {
+		return s.namesMulti[c.Algo]
+	}
+	return s.names[c.Algo]
+}

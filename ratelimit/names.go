@@ -12,9 +12,9 @@ import (
 // Requests for different names of one policy on one node are decided by
 // one script call (names.lua), the way concurrent requests for one
 // sub-limiter are: they are coalesced by node and policy, not by name.
-// Only for what the names script serves: one shard, one limit, OVERALL,
-// no waiting, and standalone nodes (in a Redis Cluster a script may touch
-// one slot only, and each name has its own).
+// Only for what the names script serves: one shard, OVERALL, no waiting,
+// and standalone nodes (in a Redis Cluster a script may touch one slot
+// only, and each name has its own).
 
 // nameAsk is one request's part of a names call.
 type nameAsk struct {
@@ -25,11 +25,10 @@ type nameAsk struct {
 // namesCall returns the call that decides r on e's shard 0 together with
 // other names of e's policy, or false when the names script cannot.
 func (l *Limiters) namesCall(e *entry, r Request, rt *route) (coalesce.Call[nameAsk, answer], bool) {
-	if e.policy == nil || e.Shards != 1 || e.Mode != limiter.Overall || len(e.Limits.List()) > 0 ||
-		r.MaxWait != 0 || l.cluster {
+	if e.policy == nil || e.Shards != 1 || e.Mode != limiter.Overall || r.MaxWait != 0 || l.cluster {
 		return coalesce.Call[nameAsk, answer]{}, false
 	}
-	script := l.scripts.Names(e.Algo)
+	script := l.scripts.Names(e.Config)
 	if script == nil {
 		return coalesce.Call[nameAsk, answer]{}, false
 	}

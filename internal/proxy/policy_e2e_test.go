@@ -386,11 +386,21 @@ func TestPolicyUsers(t *testing.T) {
 // (names.lua), each name exactly: 10 granted, 2 denied, in order.
 func TestPolicyNamesShareScriptCalls(t *testing.T) {
 	t.Parallel()
-	for _, algo := range []string{"token-bucket", "sliding-log", "sliding-window", "fixed-window"} {
-		t.Run(algo, func(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []any
+		limit int // grants per name
+	}{
+		{"token-bucket", []any{"ALGO", "token-bucket"}, 10},
+		{"sliding-log", []any{"ALGO", "sliding-log"}, 10},
+		{"sliding-window", []any{"ALGO", "sliding-window"}, 10},
+		{"fixed-window", []any{"ALGO", "fixed-window"}, 10},
+		{"two limits", []any{"LIMIT", 4, "1m"}, 4}, // 10 per hour and 4 per minute
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := start(t, func(c *config.Config) { c.DenyCache = false })
-			h.Do(t, "RL.POLICY", "SET", "n:*", 10, "1h", "ALGO", algo).Equal(int64(1))
+			h.Do(t, append([]any{"RL.POLICY", "SET", "n:*", 10, "1h"}, tc.args...)...).Equal(int64(1))
 			backend := redis.NewClient(&redis.Options{Addr: h.backend.Addr(), Protocol: 2})
 			defer backend.Close()
 			resetBackendStats(t, backend)
@@ -413,21 +423,21 @@ func TestPolicyNamesShareScriptCalls(t *testing.T) {
 				name := fmt.Sprintf("n:%d", i%50)
 				if v[0] == int64(1) {
 					granted[name]++
-					if want := int64(10 - granted[name]); v[1] != want {
+					if want := int64(tc.limit - granted[name]); v[1] != want {
 						t.Errorf("%s grant %d: remaining %v, want %d", name, granted[name], v[1], want)
 					}
-				} else if granted[name] != 10 {
-					t.Errorf("%s denied after %d grants, want 10 first", name, granted[name])
+				} else if granted[name] != tc.limit {
+					t.Errorf("%s denied after %d grants, want %d first", name, granted[name], tc.limit)
 				}
 			}
 			for n := range 50 {
-				if g := granted[fmt.Sprintf("n:%d", n)]; g != 10 {
-					t.Errorf("n:%d: %d granted of 12, want 10", n, g)
+				if g := granted[fmt.Sprintf("n:%d", n)]; g != tc.limit {
+					t.Errorf("n:%d: %d granted of 12, want %d", n, g, tc.limit)
 				}
 			}
 			calls := backendCalls(t, backend)
 			scripts := calls["evalsha"] + calls["eval"]
-			t.Logf("%s: 600 acquires over 50 names: %d script calls", algo, scripts)
+			t.Logf("%s: 600 acquires over 50 names: %d script calls", tc.name, scripts)
 			if scripts > 60 {
 				t.Errorf("%d script calls for 600 acquires over 50 names: names are not decided together", scripts)
 			}

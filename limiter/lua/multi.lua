@@ -1,10 +1,12 @@
 -- multi.lua: the limits of one limiter, decided together (RL.SETRATE key
 -- rate interval [LIMIT rate interval]...). Built after an algorithm file
 -- wrapped as new_limit(rate, interval, burst, KEYS) (see scripts.go), so
--- each limit is one instance of the algorithm with its own state keys; it
--- defines for epilogue.lua the functions of the one limiter they make.
+-- each limit is one instance of the algorithm with its own state keys.
+-- new_multi(keys) makes the one limiter they make: for the script's own
+-- KEYS (then epilogue.lua decides with it; see scripts.go), or for each
+-- name of a names call (names.lua).
 --
--- KEYS[2..]  the state keys of the first limit, then those of each extra
+-- keys[2..]  the state keys of the first limit, then those of each extra
 --            limit in order, the same number for each
 -- conf[6]    sub_limits: "sub_rate:interval_ms,..." of the extra limits
 --            (this sub-limiter's share of each), or nil
@@ -14,72 +16,75 @@
 -- given them back: all or nothing). remaining is the least over the
 -- limits, retry_after the latest (when every limit would have room; for a
 -- reservation, when the last booking holds), reset_after the latest.
-local limits = {}
-do
-  local specs = {{rate, interval, burst}}
-  for r, iv in string.gmatch(conf[6] or '', '(%d+):(%d+)') do
-    specs[#specs + 1] = {tonumber(r), tonumber(iv) * 1000, tonumber(r)}
-  end
-  local per = (#KEYS - 1) / #specs
+local specs = {{rate, interval, burst}}
+for r, iv in string.gmatch(conf[6] or '', '(%d+):(%d+)') do
+  specs[#specs + 1] = {tonumber(r), tonumber(iv) * 1000, tonumber(r)}
+end
+
+-- new_multi returns the limiter of the limits whose keys are keys, or nil
+-- when keys name the keys of another number of limits (the caller's
+-- config is out of date: status 2 makes it read the config again).
+local function new_multi(keys)
+  local per = (#keys - 1) / #specs
   if per < 1 or per ~= math.floor(per) then
-    -- The caller named the keys of another number of limits: its config
-    -- is out of date. Status 2 makes it read the config again.
-    return {2, conf[1]}
+    return nil
   end
+  local limits = {}
   for i, s in ipairs(specs) do
-    local keys = {KEYS[1]}
-    for j = 1, per do keys[j + 1] = KEYS[1 + (i - 1) * per + j] end
-    limits[i] = new_limit(s[1], s[2], s[3], keys)
+    local lk = {keys[1]}
+    for j = 1, per do lk[j + 1] = keys[1 + (i - 1) * per + j] end
+    limits[i] = new_limit(s[1], s[2], s[3], lk)
   end
-end
+  local m = {capacity = math.huge}
+  for _, l in ipairs(limits) do m.capacity = math.min(m.capacity, l.capacity) end
+  if #limits == 1 then m.try_run = limits[1].try_run end
 
-local capacity = math.huge
-for _, l in ipairs(limits) do capacity = math.min(capacity, l.capacity) end
-if #limits == 1 then try_run = limits[1].try_run end
-
-local function load()
-  for _, l in ipairs(limits) do l.load() end
-end
-
-local function save()
-  for _, l in ipairs(limits) do l.save() end
-end
-
-local function available()
-  local a = math.huge
-  for _, l in ipairs(limits) do a = math.min(a, l.available()) end
-  return a
-end
-
-local function give(n)
-  for _, l in ipairs(limits) do l.give(n) end
-end
-
-local function try(n, wait_us)
-  if #limits == 1 then return limits[1].try(n, wait_us) end
-  local all, retry = true, 0
-  local granted = {}
-  for i, l in ipairs(limits) do
-    local g, _, r = l.try(n, wait_us)
-    granted[i] = g == 1
-    all = all and granted[i]
-    retry = math.max(retry, r)
+  function m.load()
+    for _, l in ipairs(limits) do l.load() end
   end
-  if not all then
+
+  function m.save()
+    for _, l in ipairs(limits) do l.save() end
+  end
+
+  function m.available()
+    local a = math.huge
+    for _, l in ipairs(limits) do a = math.min(a, l.available()) end
+    return a
+  end
+
+  function m.give(n)
+    for _, l in ipairs(limits) do l.give(n) end
+  end
+
+  function m.try(n, wait_us)
+    if #limits == 1 then return limits[1].try(n, wait_us) end
+    local all, retry = true, 0
+    local granted = {}
     for i, l in ipairs(limits) do
-      if granted[i] then l.give(n) end
+      local g, _, r = l.try(n, wait_us)
+      granted[i] = g == 1
+      all = all and granted[i]
+      retry = math.max(retry, r)
     end
+    if not all then
+      for i, l in ipairs(limits) do
+        if granted[i] then l.give(n) end
+      end
+    end
+    local reset = 0
+    for _, l in ipairs(limits) do reset = math.max(reset, l.reset_us()) end
+    return all and 1 or 0, m.available(), retry, reset
   end
-  local reset = 0
-  for _, l in ipairs(limits) do reset = math.max(reset, l.reset_us()) end
-  return all and 1 or 0, available(), retry, reset
-end
 
-local function charge(n)
-  local remaining, reset = math.huge, 0
-  for _, l in ipairs(limits) do
-    local rem, r = l.charge(n)
-    remaining, reset = math.min(remaining, rem), math.max(reset, r)
+  function m.charge(n)
+    local remaining, reset = math.huge, 0
+    for _, l in ipairs(limits) do
+      local rem, r = l.charge(n)
+      remaining, reset = math.min(remaining, rem), math.max(reset, r)
+    end
+    return remaining, reset
   end
-  return remaining, reset
+
+  return m
 end

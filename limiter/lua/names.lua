@@ -1,8 +1,9 @@
 -- names.lua: acquires for many names a policy governs, on one node, in one
--- call (each name one sub-limiter of one limit, no waiting). Built after
--- prelude.lua (ARGV[2] is the policy's config, so rate, interval and
--- burst are the policy's) and an algorithm file wrapped as
--- new_limit(rate, interval, burst, KEYS) (see scripts.go).
+-- call (each name one sub-limiter, no waiting). Built after prelude.lua
+-- (ARGV[2] is the policy's config, so rate, interval and burst are the
+-- policy's), an algorithm file wrapped as new_limit(rate, interval,
+-- burst, KEYS), and for a policy of several limits multi.lua's new_multi
+-- (nil otherwise; see scripts.go).
 --
 -- KEYS     per name, ARGV[3] keys: its config key, then its state keys
 -- ARGV[1]  'acquire'
@@ -43,9 +44,18 @@ end
 -- One limit for every name: its functions read their keys (keys) at
 -- each load and save, and load sets all of its state, so building a
 -- limit (a dozen closures) per name, most of a name's cost, is not needed.
+-- A policy of several limits builds each name's (new_multi).
 local keys = {}
 for j = 1, per do keys[j] = KEYS[j] end
-local l = new_limit(rate, interval, burst, keys)
+local l
+if new_multi then
+  l = new_multi(keys)
+  if not l then
+    return {2, conf[1]} -- the caller named another number of limits
+  end
+else
+  l = new_limit(rate, interval, burst, keys)
+end
 
 local a, base = 4, 0
 while a <= #ARGV do
@@ -53,7 +63,13 @@ while a <= #ARGV do
   a = a + 1
   local single = runs < 0
   if single then runs = 1 end
-  for j = 1, per do keys[j] = KEYS[base + j] end
+  if new_multi and base > 0 then
+    keys = {}
+    for j = 1, per do keys[j] = KEYS[base + j] end
+    l = new_multi(keys)
+  else
+    for j = 1, per do keys[j] = KEYS[base + j] end
+  end
   base = base + per
   if explicit and base > per and redis.call('EXISTS', keys[1]) == 1 then
     out[#out + 1] = 2
