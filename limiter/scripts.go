@@ -41,10 +41,9 @@ type Scripts struct {
 func NewScripts() *Scripts {
 	prelude, epilogue := lua("prelude.lua"), lua("epilogue.lua")
 	s := &Scripts{
-		acquire: map[Algo]*redis.Script{},
-		multi:   map[Algo]*redis.Script{},
-		names:   map[Algo]*redis.Script{},
-
+		acquire:    map[Algo]*redis.Script{},
+		multi:      map[Algo]*redis.Script{},
+		names:      map[Algo]*redis.Script{},
 		namesMulti: map[Algo]*redis.Script{},
 		SetConf:    redis.NewScript(lua("setconf.lua")),
 		Reset:      redis.NewScript(lua("reset.lua")),
