@@ -12,9 +12,10 @@ import (
 // Requests for different names of one policy on one node are decided by
 // one script call (names.lua), the way concurrent requests for one
 // sub-limiter are: they are coalesced by node and policy, not by name.
-// Only for what the names script serves: one shard, OVERALL, no waiting,
-// and standalone nodes (in a Redis Cluster a script may touch one slot
-// only, and each name has its own).
+// Only for what the names script serves: one shard, no waiting, and
+// standalone nodes (in a Redis Cluster a script may touch one slot only,
+// and each name has its own). In PER_CLIENT mode each client's budget of
+// a name is a name of its own here (its state keys carry the client).
 
 // nameAsk is one request's part of a names call.
 type nameAsk struct {
@@ -25,7 +26,7 @@ type nameAsk struct {
 // namesCall returns the call that decides r on e's shard 0 together with
 // other names of e's policy, or false when the names script cannot.
 func (l *Limiters) namesCall(e *entry, r Request, rt *route) (coalesce.Call[nameAsk, answer], bool) {
-	if e.policy == nil || e.Shards != 1 || e.Mode != limiter.Overall || r.MaxWait != 0 || l.cluster {
+	if e.policy == nil || e.Shards != 1 || r.MaxWait != 0 || l.cluster {
 		return coalesce.Call[nameAsk, answer]{}, false
 	}
 	script := l.scripts.Names(e.Config)
@@ -46,7 +47,7 @@ func runNames(node *backend.Node, script *redis.Script, conf string) coalesce.Ru
 	return func(ctx context.Context, items []nameAsk) ([]answer, error) {
 		var names []limiter.NameAsks
 		var at [][]int // per name, the items it holds
-		index := map[string]int{}
+		index := map[string]int{} // by first state key: a name's (and client's) own
 		for i, it := range items {
 			n, ok := index[it.keys[1]]
 			if !ok {

@@ -387,15 +387,17 @@ func TestPolicyUsers(t *testing.T) {
 func TestPolicyNamesShareScriptCalls(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name  string
-		args  []any
-		limit int // grants per name
+		name    string
+		args    []any
+		limit   int // grants per name (and client)
+		clients int
 	}{
-		{"token-bucket", []any{"ALGO", "token-bucket"}, 10},
-		{"sliding-log", []any{"ALGO", "sliding-log"}, 10},
-		{"sliding-window", []any{"ALGO", "sliding-window"}, 10},
-		{"fixed-window", []any{"ALGO", "fixed-window"}, 10},
-		{"two limits", []any{"LIMIT", 4, "1m"}, 4}, // 10 per hour and 4 per minute
+		{"token-bucket", []any{"ALGO", "token-bucket"}, 10, 1},
+		{"sliding-log", []any{"ALGO", "sliding-log"}, 10, 1},
+		{"sliding-window", []any{"ALGO", "sliding-window"}, 10, 1},
+		{"fixed-window", []any{"ALGO", "fixed-window"}, 10, 1},
+		{"two limits", []any{"LIMIT", 4, "1m"}, 4, 1}, // 10 per hour and 4 per minute
+		{"per client", []any{"MODE", "PER_CLIENT"}, 10, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -404,42 +406,52 @@ func TestPolicyNamesShareScriptCalls(t *testing.T) {
 			backend := redis.NewClient(&redis.Options{Addr: h.backend.Addr(), Protocol: 2})
 			defer backend.Close()
 			resetBackendStats(t, backend)
-			pipe := h.client(t, nil).Pipeline()
-			var cmds []*redis.Cmd
-			for range 12 {
-				for n := range 50 {
-					cmds = append(cmds, pipe.Do(context.Background(), "RL.ACQUIRE", fmt.Sprintf("n:%d", n)))
-				}
-			}
-			if _, err := pipe.Exec(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			granted := map[string]int{}
-			for i, c := range cmds {
-				v, err := c.Slice()
-				if err != nil {
-					t.Fatalf("acquire %d: %v", i, err)
-				}
-				name := fmt.Sprintf("n:%d", i%50)
-				if v[0] == int64(1) {
-					granted[name]++
-					if want := int64(tc.limit - granted[name]); v[1] != want {
-						t.Errorf("%s grant %d: remaining %v, want %d", name, granted[name], v[1], want)
+			// Each client pipelines 12 acquires of each of 50 names, the
+			// clients at once (in PER_CLIENT mode each has its own budgets).
+			cmds := make([][]*redis.Cmd, tc.clients)
+			var wg sync.WaitGroup
+			for c := range tc.clients {
+				pipe := h.client(t, func(o *redis.Options) { o.ClientName = fmt.Sprintf("c%d", c) }).Pipeline()
+				for range 12 {
+					for n := range 50 {
+						cmds[c] = append(cmds[c], pipe.Do(context.Background(), "RL.ACQUIRE", fmt.Sprintf("n:%d", n)))
 					}
-				} else if granted[name] != tc.limit {
-					t.Errorf("%s denied after %d grants, want %d first", name, granted[name], tc.limit)
 				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, _ = pipe.Exec(context.Background()) // each reply is checked below
+				}()
 			}
-			for n := range 50 {
-				if g := granted[fmt.Sprintf("n:%d", n)]; g != tc.limit {
-					t.Errorf("n:%d: %d granted of 12, want %d", n, g, tc.limit)
+			wg.Wait()
+			for c := range tc.clients {
+				granted := map[string]int{}
+				for i, cmd := range cmds[c] {
+					v, err := cmd.Slice()
+					if err != nil {
+						t.Fatalf("client %d, acquire %d: %v", c, i, err)
+					}
+					name := fmt.Sprintf("n:%d", i%50)
+					if v[0] == int64(1) {
+						granted[name]++
+						if want := int64(tc.limit - granted[name]); v[1] != want {
+							t.Errorf("client %d, %s grant %d: remaining %v, want %d", c, name, granted[name], v[1], want)
+						}
+					} else if granted[name] != tc.limit {
+						t.Errorf("client %d, %s denied after %d grants, want %d first", c, name, granted[name], tc.limit)
+					}
+				}
+				for n := range 50 {
+					if g := granted[fmt.Sprintf("n:%d", n)]; g != tc.limit {
+						t.Errorf("client %d, n:%d: %d granted of 12, want %d", c, n, g, tc.limit)
+					}
 				}
 			}
 			calls := backendCalls(t, backend)
 			scripts := calls["evalsha"] + calls["eval"]
-			t.Logf("%s: 600 acquires over 50 names: %d script calls", tc.name, scripts)
-			if scripts > 60 {
-				t.Errorf("%d script calls for 600 acquires over 50 names: names are not decided together", scripts)
+			t.Logf("%s: %d acquires over 50 names: %d script calls", tc.name, 600*tc.clients, scripts)
+			if scripts > 60*tc.clients {
+				t.Errorf("%d script calls for %d acquires over 50 names: names are not decided together", scripts, 600*tc.clients)
 			}
 		})
 	}
