@@ -46,7 +46,7 @@ func (l *Limiters) namesCall(e *entry, r Request, rt *route) (coalesce.Call[name
 func runNames(node *backend.Node, script *redis.Script, conf string) coalesce.RunFunc[nameAsk, answer] {
 	return func(ctx context.Context, items []nameAsk) ([]answer, error) {
 		var names []limiter.NameAsks
-		var at [][]int // per name, the items it holds
+		var at [][]int            // per name, the items it holds
 		index := map[string]int{} // by first state key: a name's (and client's) own
 		for i, it := range items {
 			n, ok := index[it.keys[1]]
