@@ -13,7 +13,9 @@
 #
 # Knobs (environment): BENCH_ROUNDS (3), BENCH_SECONDS (4, per run),
 # BENCH_DENY_RATE (1000 permits/s), BENCH_NODES (4, for the scaling run),
-# BENCH_GO (1: also run the Go benchmarks), BENCH_MEMORY (1: also
+# BENCH_ROWS (all, or some of "hot policy capped probe clients scale":
+# the rlbench scenario groups to run; the report marks the others not
+# run), BENCH_GO (1: also run the Go benchmarks), BENCH_MEMORY (1: also
 # scripts/memory.sh: the proxy's RSS per limiter, Redis's memory per policy
 # name), BENCH_OUT (bench-results),
 # BENCH_RLPROXY (a prebuilt rlproxy binary to measure instead of this
@@ -89,6 +91,12 @@ start_proxy "$R1"
 P1=$PROXY_PORT
 P1_PID=$PROXY_PID
 
+# rows GROUP: whether BENCH_ROWS asks for that group of scenarios.
+rows() {
+	case " ${BENCH_ROWS:-all} " in *" all "* | *" $1 "*) return 0 ;; esac
+	return 1
+}
+
 # bench NAME ROUND MODE [rlbench flags...]: one run, its JSON in $OUT.
 bench() {
 	local name=$1 round=$2 mode=$3
@@ -117,79 +125,97 @@ interleaved() {
 	done
 }
 
-interleaved hot-p16 --conns 50 --pipeline 16
-interleaved hot-p1 --conns 50 --pipeline 1
-# The same connections sending PING, which rlproxy answers itself: the
-# ceiling its connection handling sets for hot-p1 (Redis's PING alongside).
-interleaved ping-p1 --conns 50 --pipeline 1 --ping
-interleaved deny-p16 --conns 50 --pipeline 16 --rate "$DENY_RATE"
-interleaved deny-p1 --conns 50 --pipeline 1 --rate "$DENY_RATE"
-interleaved light --conns 1 --pipeline 1
+if rows hot; then
+	interleaved hot-p16 --conns 50 --pipeline 16
+	interleaved hot-p1 --conns 50 --pipeline 1
+	# The same connections sending PING, which rlproxy answers itself: the
+	# ceiling its connection handling sets for hot-p1 (Redis's PING alongside).
+	interleaved ping-p1 --conns 50 --pipeline 1 --ping
+	interleaved deny-p16 --conns 50 --pipeline 16 --rate "$DENY_RATE"
+	interleaved deny-p1 --conns 50 --pipeline 1 --rate "$DENY_RATE"
+	interleaved light --conns 1 --pipeline 1
+fi
 
 # One rule, many names: a policy over 10,000 names, each request a random
 # one, against direct EVALSHA of the minimal GCRA on per-name keys.
-for p in 1 16; do
-	redis-cli -p "$P1" RL.POLICY SET "bench:policy-p$p:*" 1000000000 1s >/dev/null
-	interleaved "policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
-done
-# The same over a million names (each request almost surely a name not
-# seen in the same script call).
-redis-cli -p "$P1" RL.POLICY SET "bench:policy-1m-p16:*" 1000000000 1s >/dev/null
-interleaved policy-1m-p16 --conns 50 --pipeline 16 --keys 1000000 --setup=false
+if rows policy; then
+	for p in 1 16; do
+		redis-cli -p "$P1" RL.POLICY SET "bench:policy-p$p:*" 1000000000 1s >/dev/null
+		interleaved "policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
+	done
+	# The same over a million names (each request almost surely a name not
+	# seen in the same script call).
+	redis-cli -p "$P1" RL.POLICY SET "bench:policy-1m-p16:*" 1000000000 1s >/dev/null
+	interleaved policy-1m-p16 --conns 50 --pipeline 16 --keys 1000000 --setup=false
+fi
 
 # The Redis-bound regime: a redis-server capped at 10% of one core, with
 # rlbench and a proxy of its own outside the cap. Redis is the scarce
 # resource here, so what counts is how few of its cycles a request takes.
 start_redis
 CR=$REDIS_PORT
-if cap_cpu "${pids[-1]}"; then
+if { rows capped || rows policy; } && cap_cpu "${pids[-1]}"; then
 	start_proxy "$CR"
-	BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved capped-p1 --conns 50 --pipeline 1
-	BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved capped-p16 --conns 50 --pipeline 16
-	for p in 1 16; do
-		redis-cli -p "$PROXY_PORT" RL.POLICY SET "bench:capped-policy-p$p:*" 1000000000 1s >/dev/null
-		BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved "capped-policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
-	done
+	if rows capped; then
+		BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved capped-p1 --conns 50 --pipeline 1
+		BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved capped-p16 --conns 50 --pipeline 16
+	fi
+	if rows policy; then
+		for p in 1 16; do
+			redis-cli -p "$PROXY_PORT" RL.POLICY SET "bench:capped-policy-p$p:*" 1000000000 1s >/dev/null
+			BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved "capped-policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
+		done
+	fi
 fi
 
 # Script calls per denied acquire on SHARDS 4 (max_probes 2, deny cache
 # off), one request at a time so nothing is coalesced: at most 1 + 2.
-start_proxy "$R1" -- --max-probes 2 --deny-cache=false
-say "bench: probe-deny (1 conn, SHARDS 4, a limiter that denies all; ${SECS}s)"
-for round in $(seq "$ROUNDS"); do
-	BP=$PROXY_PORT BP_PID=$PROXY_PID bench probe-deny "$round" rlproxy --conns 1 --pipeline 1 \
-		--shards 4 --rate 4 --interval 1h
-done
+if rows probe; then
+	start_proxy "$R1" -- --max-probes 2 --deny-cache=false
+	say "bench: probe-deny (1 conn, SHARDS 4, a limiter that denies all; ${SECS}s)"
+	for round in $(seq "$ROUNDS"); do
+		BP=$PROXY_PORT BP_PID=$PROXY_PID bench probe-deny "$round" rlproxy --conns 1 --pipeline 1 \
+			--shards 4 --rate 4 --interval 1h
+	done
+fi
 
 # Throughput vs clients, for the chart: one round each, pipeline 16.
-for conns in 1 10 50 100; do
-	say "bench: clients-$conns (direct, rlproxy; 3s each)"
-	SECS=3 bench "clients-$conns" 1 direct --conns "$conns" --pipeline 16
-	SECS=3 bench "clients-$conns" 1 rlproxy --conns "$conns" --pipeline 16
-done
+if rows clients; then
+	for conns in 1 10 50 100; do
+		say "bench: clients-$conns (direct, rlproxy; 3s each)"
+		SECS=3 bench "clients-$conns" 1 direct --conns "$conns" --pipeline 16
+		SECS=3 bench "clients-$conns" 1 rlproxy --conns "$conns" --pipeline 16
+	done
+fi
 
 # Scaling: N sub-limiters over N nodes, through a second rlproxy.
-scale_ports=()
-for _ in $(seq "$NODES"); do
-	start_redis
-	scale_ports+=("$REDIS_PORT")
-done
-start_proxy "${scale_ports[@]}"
-scale_stats=$(printf '127.0.0.1:%s,' "${scale_ports[@]}")
-scale_stats=${scale_stats%,}
-for s in "scale-keys 1000" "scale-hot 1"; do
-	set -- $s
-	say "bench: $1 ($NODES shards over $NODES nodes, $2 limiter(s); ${SECS}s)"
-	"$work/rlbench" --mode rlproxy --addr "127.0.0.1:$PROXY_PORT" --stats-redis "$scale_stats" \
-		--stats-proxy "127.0.0.1:$PROXY_PORT" --proxy-pid "$PROXY_PID" \
-		--scenario "$1" --round 1 --key-prefix "bench:$1:" --duration "${SECS}s" \
-		--conns 50 --pipeline 16 --keys "$2" --shards "$NODES" --out "$OUT/$1-rlproxy-r1.json" |
-		sed "s/^/  [$1] /" >&2
-done
+if rows scale; then
+	scale_ports=()
+	for _ in $(seq "$NODES"); do
+		start_redis
+		scale_ports+=("$REDIS_PORT")
+	done
+	start_proxy "${scale_ports[@]}"
+	scale_stats=$(printf '127.0.0.1:%s,' "${scale_ports[@]}")
+	scale_stats=${scale_stats%,}
+	for s in "scale-keys 1000" "scale-hot 1"; do
+		set -- $s
+		say "bench: $1 ($NODES shards over $NODES nodes, $2 limiter(s); ${SECS}s)"
+		"$work/rlbench" --mode rlproxy --addr "127.0.0.1:$PROXY_PORT" --stats-redis "$scale_stats" \
+			--stats-proxy "127.0.0.1:$PROXY_PORT" --proxy-pid "$PROXY_PID" \
+			--scenario "$1" --round 1 --key-prefix "bench:$1:" --duration "${SECS}s" \
+			--conns 50 --pipeline 16 --keys "$2" --shards "$NODES" --out "$OUT/$1-rlproxy-r1.json" |
+			sed "s/^/  [$1] /" >&2
+	done
+fi
 
 "$work/rlbench" report "$OUT" | tee "$OUT/report.txt"
-$GO run ./scripts -in "$OUT/summary.json" -out "$CHART"
-say "bench: results in $OUT/, chart in $CHART"
+if rows clients; then
+	$GO run ./scripts -in "$OUT/summary.json" -out "$CHART"
+	say "bench: results in $OUT/, chart in $CHART"
+else
+	say "bench: results in $OUT/"
+fi
 
 if [ "${BENCH_GO:-1}" = 1 ]; then
 	say "bench: Go benchmarks of the hot paths (go test -bench, allocations reported)"
