@@ -87,12 +87,14 @@ while a <= #ARGV do
       end
       local o = #out
       if single then
-        local granted, remaining, retry_us, reset_us = -1, l.available(), 0, 0
+        local granted, remaining, retry_us, reset_us
         if n <= l.capacity then
           granted, remaining, retry_us, reset_us = l.try(n, 0)
+        else
+          granted, remaining, retry_us, reset_us = -1, l.available(), 0, 0
         end
         out[o + 1] = granted
-        out[o + 2] = math.floor(remaining + EPS)
+        out[o + 2] = floor(remaining + EPS)
         out[o + 3] = us(retry_us)
         out[o + 4] = us(reset_us)
       else

@@ -309,23 +309,6 @@ local function flush()
   sets, dels = {}, {}
 end
 
--- Reads a "level:ts" state (permits held at time ts, in microseconds) and
--- drains it at one permit per per_permit microseconds up to now. The
--- clock may step back after a failover; time never runs backwards here.
-local function drained(key, per_permit)
-  local level, ts = 0, now
-  local v = get(key)
-  if v then
-    local l, t = match(v, '^([^:]+):(.+)$')
-    level, ts = tonumber(l) or 0, tonumber(t) or now
-  end
-  if now > ts then
-    level = max(0, level - (now - ts) / per_permit)
-    ts = now
-  end
-  return level, ts
-end
-
 -- An algorithm may define try_run (see epilogue.lua); this declaration
 -- keeps the name defined for those that do not.
 local try_run
@@ -344,19 +327,6 @@ local function num(x)
   return fmt('%.17g', x)
 end
 
--- Writes back a "level:ts" state read by drained() (loaded is the level
--- it returned), as keep() does: a level the call did not change is not
--- formatted and written again (it drains to the same level).
-local function keep_drained(key, level, loaded, ts, per_permit)
-  local us = level * per_permit
-  if level <= EPS then
-    drop(key)
-  elseif level ~= loaded or not lasts(key, us) then
-    -- ts is whole microseconds (TIME's); one format call for both.
-    keep(key, fmt(whole(level) and '%d:%d' or '%.17g:%d', level, ts), us)
-  end
-end
-
 -- The window of length span that holds t, for the window algorithms
 -- (fixed-window, sliding-window): windows are aligned to natural
 -- boundaries counted from the Unix epoch (midnight UTC).
@@ -372,14 +342,35 @@ end
 -- every name of its call, changing keys in between.
 local function bucket(keys, per_permit)
   local ts, loaded
+  -- Reads the state (permits held at time ts, in microseconds) and drains
+  -- it up to now. The clock may step back after a failover; time never
+  -- runs backwards here.
   local function load()
     local level
-    level, ts = drained(keys[2], per_permit)
+    level, ts = 0, now
+    local v = get(keys[2])
+    if v then
+      local l, t = match(v, '^([^:]+):(.+)$')
+      level, ts = tonumber(l) or 0, tonumber(t) or now
+    end
+    if now > ts then
+      level = max(0, level - (now - ts) / per_permit)
+      ts = now
+    end
     loaded = level
     return level
   end
+  -- Writes the state back, as keep() does: a level the call did not
+  -- change is not formatted and written again (it drains to the same
+  -- level).
   local function save(level)
-    keep_drained(keys[2], level, loaded, ts, per_permit)
+    local key, us = keys[2], level * per_permit
+    if level <= EPS then
+      drop(key)
+    elseif level ~= loaded or not lasts(key, us) then
+      -- ts is whole microseconds (TIME's); one format call for both.
+      keep(key, fmt(whole(level) and '%d:%d' or '%.17g:%d', level, ts), us)
+    end
   end
   return load, save
 end
