@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rlproxy/rlproxy/internal/busypoll"
+	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
 // reply receives one command's reply: the frame as the backend sent it,
@@ -121,7 +122,7 @@ func dial(ctx context.Context, o dialOptions, proto int, lazy bool) (*conn, erro
 	if len(setup) > 0 {
 		var b []byte
 		for _, cmd := range setup {
-			b = appendCommand(b, cmd)
+			b = resp.AppendCommand(b, cmd...)
 		}
 		_ = nc.SetDeadline(time.Now().Add(o.timeout))
 		if _, err := nc.Write(b); err != nil {
@@ -176,7 +177,7 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 		return
 	}
 	for _, cmd := range cmds {
-		c.out = appendCommand(c.out, cmd)
+		c.out = resp.AppendCommand(c.out, cmd...)
 	}
 	c.waiters = append(c.waiters, ws...)
 	// Nobody reads a lazy connection with no reply awaited: the waiters

@@ -100,21 +100,6 @@ func truncate(b []byte) []byte {
 	return b
 }
 
-// appendCommand encodes a command as a RESP array of bulk strings.
-func appendCommand(b []byte, args []string) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, "\r\n"...)
-	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, "\r\n"...)
-		b = append(b, a...)
-		b = append(b, "\r\n"...)
-	}
-	return b
-}
-
 // pubsubFrame reads a Pub/Sub frame: an array (RESP2) or push (RESP3)
 // whose first element is a bulk string kind ("message", "subscribe",
 // "invalidate", ...); for (un)subscribe confirmations also the channel.

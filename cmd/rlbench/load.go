@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
 // loadConfig is one run: where, how hard, and which limiter.
@@ -301,7 +303,7 @@ func (w *worker) drive(ctx context.Context, conn net.Conn, cmds [][]byte, pipeli
 // request for each key.
 func prepare(cfg loadConfig) ([][]byte, error) {
 	if cfg.Ping {
-		return [][]byte{appendCommand(nil, "PING")}, nil
+		return [][]byte{resp.AppendCommand(nil, "PING")}, nil
 	}
 	c, err := dialStat(cfg.Addr)
 	if err != nil {
@@ -323,7 +325,7 @@ func prepare(cfg loadConfig) ([][]byte, error) {
 		burst, rate := strconv.FormatInt(cfg.Burst, 10), strconv.FormatInt(cfg.Rate, 10)
 		period := strconv.FormatInt(cfg.Interval.Milliseconds(), 10)
 		for i := range cmds {
-			cmds[i] = appendCommand(nil, "EVALSHA", sha, "1", key(i), burst, rate, period, "1")
+			cmds[i] = resp.AppendCommand(nil, "EVALSHA", sha, "1", key(i), burst, rate, period, "1")
 		}
 	case "rlproxy":
 		setrate := func(i int) []string {
@@ -343,7 +345,7 @@ func prepare(cfg loadConfig) ([][]byte, error) {
 			}
 		}
 		for i := range cmds {
-			cmds[i] = appendCommand(nil, "RL.ACQUIRE", key(i))
+			cmds[i] = resp.AppendCommand(nil, "RL.ACQUIRE", key(i))
 		}
 	default:
 		return nil, fmt.Errorf("unknown mode %q (want rlproxy or direct)", cfg.Mode)
@@ -353,7 +355,7 @@ func prepare(cfg loadConfig) ([][]byte, error) {
 
 // call runs one command and returns its reply; an error reply is an error.
 func call(c *statConn, args ...string) (any, error) {
-	if _, err := c.c.Write(appendCommand(nil, args...)); err != nil {
+	if _, err := c.c.Write(resp.AppendCommand(nil, args...)); err != nil {
 		return nil, err
 	}
 	v, err := c.rr.value()
@@ -373,7 +375,7 @@ func pipelined(c *statConn, n int, args func(i int) []string) error {
 		hi := min(n, lo+batch)
 		var buf []byte
 		for i := lo; i < hi; i++ {
-			buf = appendCommand(buf, args(i)...)
+			buf = resp.AppendCommand(buf, args(i)...)
 		}
 		if _, err := c.c.Write(buf); err != nil {
 			return err

@@ -122,13 +122,6 @@ func TestValue(t *testing.T) {
 	}
 }
 
-func TestAppendCommand(t *testing.T) {
-	got := string(appendCommand(nil, "RL.ACQUIRE", "k", ""))
-	if want := "*3\r\n$10\r\nRL.ACQUIRE\r\n$1\r\nk\r\n$0\r\n\r\n"; got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}
-
 func TestParseProcStat(t *testing.T) {
 	line := "4242 (rl proxy) (x)) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 0 0 20 0 9 0 12345 0 0\n"
 	got, err := parseProcStat(line)

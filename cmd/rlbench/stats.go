@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
 // A snapshot of the counters a run reads at the start and the end of its
@@ -59,7 +61,7 @@ func (s *statConn) info(sections ...string) (map[string]string, error) {
 	if err := s.c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		return nil, err
 	}
-	if _, err := s.c.Write(appendCommand(nil, append([]string{"INFO"}, sections...)...)); err != nil {
+	if _, err := s.c.Write(resp.AppendCommand(nil, append([]string{"INFO"}, sections...)...)); err != nil {
 		return nil, err
 	}
 	v, err := s.rr.value()

@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
 const (
@@ -417,9 +419,9 @@ func probe(addr, password string) (int, error) {
 	}
 	var req []byte
 	if password != "" {
-		req = appendCommand(req, "AUTH", password)
+		req = resp.AppendCommand(req, "AUTH", password)
 	}
-	req = appendCommand(req, "INFO", "server")
+	req = resp.AppendCommand(req, "INFO", "server")
 	if _, err := conn.Write(req); err != nil {
 		return 0, err
 	}
@@ -453,15 +455,6 @@ func probe(addr, password string) (int, error) {
 		}
 	}
 	return 0, errors.New("INFO: no process_id")
-}
-
-// appendCommand appends a command in RESP (array of bulk strings) to b.
-func appendCommand(b []byte, args ...string) []byte {
-	b = fmt.Appendf(b, "*%d\r\n", len(args))
-	for _, a := range args {
-		b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	return b
 }
 
 // kill stops the process if it is running.
