@@ -49,11 +49,9 @@ else
 	$GO build -o "$work/rlproxy" ./cmd/rlproxy
 fi
 
-# run NAME TARGET_MB GENERATOR: a fresh redis-server and rlproxy, the
-# generator's commands piped in, then the proxy's RSS.
-failed=0
-run() {
-	local name=$1 target=$2 gen=$3 rport pport ppid
+# fresh: a new redis-server and rlproxy over it; sets rport, pport and
+# ppid (the caller's locals).
+fresh() {
 	rport=$(free_port)
 	redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
 		--daemonize no --dir "$work" --logfile "$work/redis.log" &
@@ -64,6 +62,14 @@ run() {
 	ppid=$!
 	pids+=("$ppid")
 	wait_ready "$pport"
+}
+
+# run NAME TARGET_MB GENERATOR: a fresh redis-server and rlproxy, the
+# generator's commands piped in, then the proxy's RSS.
+failed=0
+run() {
+	local name=$1 target=$2 gen=$3 rport pport ppid
+	fresh
 	local before
 	before=$(rss_mb "$ppid")
 	if [ "$gen" = policy ]; then
@@ -143,19 +149,6 @@ PY
 # grow in steps, which would land on whichever ran when one doubled.
 redis_per_name() {
 	local rport pport ppid sha gcra tb=0 algo p b
-	# fresh: a new redis-server (and rlproxy) on rport (pport, ppid).
-	fresh() {
-		rport=$(free_port)
-		redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
-			--daemonize no --dir "$work" --logfile "$work/redis.log" &
-		pids+=($!)
-		wait_ready "$rport"
-		pport=$(free_port)
-		"$work/rlproxy" --listen "127.0.0.1:$pport" --backend "redis://127.0.0.1:$rport" --log-level warn 2>"$work/rlproxy.log" &
-		ppid=$!
-		pids+=("$ppid")
-		wait_ready "$pport"
-	}
 	used() { redis-cli -p "$rport" info memory | awk -F: '/^used_memory:/ {print $2 + 0}'; }
 	# per_name PORT CMD...: bytes per name that the commands CMD prints,
 	# sent to PORT, add (used_memory).
