@@ -178,14 +178,7 @@ func TestPassthroughShutdownBlocked(t *testing.T) {
 	h := startProxy(t, srv, passthroughOn, func(c *config.Config) { c.Backends = []string{srv.URL()} })
 	blocked := h.raw(t)
 	blocked.Send("BLPOP", "sd:list", "0")
-	if err := eventually(5*time.Second, func() error {
-		if n := pinned(t, h); n != "1" {
-			return fmt.Errorf("pinned_connections:%s", n)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitPinned(t, h, "1")
 	start := time.Now()
 	if err := h.proxy.Shutdown(10 * time.Second); err != nil {
 		t.Fatalf("Shutdown: %v", err)

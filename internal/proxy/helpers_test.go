@@ -325,6 +325,17 @@ func (c *raw) Call(args ...string) string {
 	return c.Line()
 }
 
+// Steps sends each command (words split on spaces) and checks the first
+// line of its reply, stopping the test at the first that differs.
+func (c *raw) Steps(steps [][2]string) {
+	c.t.Helper()
+	for _, st := range steps {
+		if got := c.Call(strings.Fields(st[0])...); got != st[1] {
+			c.t.Fatalf("%s = %q, want %q", st[0], got, st[1])
+		}
+	}
+}
+
 // backendCalls returns a backend's INFO commandstats as command name
 // (lower case, "config|resetstat" for subcommands) → calls. Use one
 // client for it and resetBackendStats, so that its own handshake is not

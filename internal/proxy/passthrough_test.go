@@ -32,17 +32,20 @@ func pinned(t testing.TB, h *harness) string {
 	return ""
 }
 
-func waitUnpinned(t testing.TB, h *harness) {
+// waitPinned waits until INFO shows n pinned connections.
+func waitPinned(t testing.TB, h *harness, n string) {
 	t.Helper()
 	if err := eventually(5*time.Second, func() error {
-		if n := pinned(t, h); n != "0" {
-			return fmt.Errorf("pinned_connections:%s", n)
+		if got := pinned(t, h); got != n {
+			return fmt.Errorf("pinned_connections:%s, want %s", got, n)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 }
+
+func waitUnpinned(t testing.TB, h *harness) { t.Helper(); waitPinned(t, h, "0") }
 
 // TestPassthroughSession is an application's session through one URL:
 // strings, hashes, lists with BLPOP, MULTI/EXEC with WATCH, Pub/Sub,
@@ -253,7 +256,7 @@ func TestPassthroughMultiRefusesLimiters(t *testing.T) {
 	h := start(t, passthroughOn)
 	h.Do(t, "RL.SETRATE", "k", 5, "1s").Equal(int64(1))
 	c := h.raw(t)
-	for _, step := range []struct{ args, want string }{
+	c.Steps([][2]string{
 		{"MULTI", "+OK"},
 		{"SET m 1", "+QUEUED"},
 		{"RL.ACQUIRE k", "-ERR RL.ACQUIRE is not allowed inside MULTI"},
@@ -261,11 +264,7 @@ func TestPassthroughMultiRefusesLimiters(t *testing.T) {
 		{"EXEC", "-EXECABORT Transaction discarded because of previous errors."},
 		{"GET m", "$-1"},
 		{"RL.AVAILABLE k", ":5"},
-	} {
-		if got := c.Call(strings.Fields(step.args)...); got != step.want {
-			t.Fatalf("%s = %q, want %q", step.args, got, step.want)
-		}
-	}
+	})
 	waitUnpinned(t, h)
 }
 
@@ -275,14 +274,7 @@ func TestPassthroughMaxPinned(t *testing.T) {
 	h := start(t, passthroughOn, func(c *config.Config) { c.PassthroughMaxPinned = 1 })
 	blocked := h.raw(t)
 	blocked.Send("BLPOP", "mp:l", "0")
-	if err := eventually(5*time.Second, func() error {
-		if n := pinned(t, h); n != "1" {
-			return fmt.Errorf("pinned_connections:%s", n)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitPinned(t, h, "1")
 	h.Do(t, "BLPOP", "mp:other", "1").Err("ERR max number of pinned connections reached")
 	h.Do(t, "GET", "mp:x").Nil() // shared connections are not bounded by it
 	blocked.c.Close()
@@ -410,7 +402,7 @@ func TestPassthroughConnectionState(t *testing.T) {
 	h := start(t, passthroughOn)
 	h.Do(t, "RL.SETRATE", "cs", 5, "1s").Equal(int64(1))
 	db := h.raw(t)
-	for _, step := range []struct{ args, want string }{
+	db.Steps([][2]string{
 		{"SELECT 0", "+OK"},
 		{"SELECT 3", "+OK"},
 		{"SET cs:x in3", "+OK"},
@@ -419,11 +411,7 @@ func TestPassthroughConnectionState(t *testing.T) {
 		{"GET cs:x", "$-1"},
 		{"SELECT 3", "+OK"},
 		{"GET cs:x", "$3"},
-	} {
-		if got := db.Call(strings.Fields(step.args)...); got != step.want {
-			t.Fatalf("%s = %q, want %q", step.args, got, step.want)
-		}
-	}
+	})
 	db.Line()
 	h.Do(t, "GET", "cs:x").Nil() // other clients stay on database 0
 	if n := pinned(t, h); n != "1" {
@@ -434,15 +422,11 @@ func TestPassthroughConnectionState(t *testing.T) {
 	tr.Send("HELLO", "3")
 	for line := tr.Line(); line != "*0"; line = tr.Line() {
 	}
-	for _, step := range []struct{ args, want string }{
+	tr.Steps([][2]string{
 		{"CLIENT TRACKING ON", "+OK"},
 		{"SET cs:t 1", "+OK"},
 		{"GET cs:t", "$1"},
-	} {
-		if got := tr.Call(strings.Fields(step.args)...); got != step.want {
-			t.Fatalf("%s = %q, want %q", step.args, got, step.want)
-		}
-	}
+	})
 	tr.Line()
 	h.Do(t, "SET", "cs:t", "2").Equal("OK") // another client changes the key
 	for _, want := range []string{">2", "$10", "invalidate", "*1", "$4", "cs:t"} {
@@ -610,15 +594,11 @@ func TestPassthroughCluster(t *testing.T) {
 	}
 	h.Do(t, "GET", "{tx}n").Equal("2")
 	tx := h.raw(t)
-	for _, step := range []struct{ args, want string }{
+	tx.Steps([][2]string{
 		{"MULTI", "+OK"}, {"EXEC", "*0"},
 		{"MULTI", "+OK"}, {"RL.ACQUIRE ck", "-ERR RL.ACQUIRE is not allowed inside MULTI"}, {"EXEC", "-EXECABORT Transaction discarded because of previous errors."},
 		{"MULTI", "+OK"}, {"SET {tx}m 1", "+QUEUED"}, {"DISCARD", "+OK"}, {"GET {tx}m", "$-1"},
-	} {
-		if got := tx.Call(strings.Fields(step.args)...); got != step.want {
-			t.Fatalf("%s = %q, want %q", step.args, got, step.want)
-		}
-	}
+	})
 	h.Do(t, "RL.SETRATE", "ck", 2, "1s").Equal(int64(1))
 	h.Do(t, "RL.ACQUIRE", "ck").Granted(1)
 	c := h.raw(t)
