@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/limiter"
 )
 
@@ -54,15 +55,7 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 				names = append(names[:4], append([]limiter.NameAsks{{Keys: x.keys(), Asks: asks}}, names[4:]...)...)
 				before := r.state(t, x.keys()[1])
 
-				keys, args := limiter.NamesArgs(conf, names)
-				v, err := script.Run(t.Context(), r.rdb, keys, args...).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				reps, err := limiter.DecodeNames(v, names)
-				if err != nil {
-					t.Fatal(err)
-				}
+				reps := r.names(t, script, conf, names)
 				if mode == "hashes" {
 					for _, n := range names {
 						if ex, _ := r.rdb.Exists(t.Context(), n.Keys[1]).Result(); ex != 0 || r.state(t, n.Keys[1]) == "" && n.Keys[0] != x.keys()[0] {
@@ -100,13 +93,7 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 					next = append(next, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(p)}})
 				}
 				next = append(next, limiter.NameAsks{Keys: x.keys(), Asks: []limiter.Ask{ask(1)}}) // explicit, last
-				keys, args = limiter.NamesArgs(conf, next)
-				if v, err = script.Run(t.Context(), r.rdb, keys, args...).Result(); err != nil {
-					t.Fatal(err)
-				}
-				if reps, err = limiter.DecodeNames(v, next); err != nil {
-					t.Fatal(err)
-				}
+				reps = r.names(t, script, conf, next)
 				if st := reps[len(twins)].Status; st != limiter.StatusEpochChange {
 					t.Errorf("explicit name, single ask: status %d, want %d", st, limiter.StatusEpochChange)
 				}
@@ -124,6 +111,21 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 			})
 		}
 	}
+}
+
+// names runs a names call of script and decodes its reply.
+func (r *rig) names(t *testing.T, script *redis.Script, conf string, names []limiter.NameAsks) []limiter.Reply {
+	t.Helper()
+	keys, args := limiter.NamesArgs(conf, names)
+	v, err := script.Run(t.Context(), r.rdb, keys, args...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps, err := limiter.DecodeNames(v, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reps
 }
 
 // state is the state of key wherever it is kept: the key itself, or a
@@ -291,15 +293,7 @@ func TestNamesMultiLimit(t *testing.T) {
 					names = append(names, limiter.NameAsks{Keys: n.keys(), Asks: asks})
 					twins = append(twins, tw)
 				}
-				keys, args := limiter.NamesArgs(conf, names)
-				v, err := script.Run(t.Context(), r.rdb, keys, args...).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				reps, err := limiter.DecodeNames(v, names)
-				if err != nil {
-					t.Fatal(err)
-				}
+				reps := r.names(t, script, conf, names)
 				granted := 0
 				for i, tw := range twins {
 					want := tw.call(limiter.OpAcquire, asks, limiter.AcquireArgs(conf, asks))
