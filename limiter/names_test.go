@@ -70,19 +70,7 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 					t.Errorf("explicit name's state changed: %q, was %q", after, before)
 				}
 				reps = append(reps[:4], reps[5:]...)
-				for i, tw := range twins {
-					want := tw.call(limiter.OpAcquire, asks, limiter.AcquireArgs(conf, asks))
-					if reps[i].Status != limiter.StatusOK || want.Status != limiter.StatusOK {
-						t.Fatalf("name %d: status %d (alone %d)", i, reps[i].Status, want.Status)
-					}
-					for j, got := range reps[i].Results {
-						w := want.Results[j]
-						if got.Granted != w.Granted || got.Remaining != w.Remaining || got.OverCapacity != w.OverCapacity {
-							t.Errorf("name %d ask %d: granted %v remaining %d, alone granted %v remaining %d",
-								i, j, got.Granted, got.Remaining, w.Granted, w.Remaining)
-						}
-					}
-				}
+				sameAsAlone(t, reps, twins, conf, asks)
 				// The state each left behind decides the next ask alike, in a
 				// names call of single asks (their short form): grants,
 				// denials (names now full) and more than the burst.
@@ -111,6 +99,30 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 			})
 		}
 	}
+}
+
+// sameAsAlone checks that each name's replies in a names call (reps) are
+// what its twin's own script call decides for the same asks, and returns
+// how many asks the call granted.
+func sameAsAlone(t *testing.T, reps []limiter.Reply, twins []*lim, conf string, asks []limiter.Ask) (granted int) {
+	t.Helper()
+	for i, tw := range twins {
+		want := tw.call(limiter.OpAcquire, asks, limiter.AcquireArgs(conf, asks))
+		if reps[i].Status != limiter.StatusOK || want.Status != limiter.StatusOK {
+			t.Fatalf("name %d: status %d (alone %d)", i, reps[i].Status, want.Status)
+		}
+		for j, got := range reps[i].Results {
+			w := want.Results[j]
+			if got.Granted {
+				granted++
+			}
+			if got.Granted != w.Granted || got.Remaining != w.Remaining || got.OverCapacity != w.OverCapacity {
+				t.Errorf("name %d ask %d: granted %v remaining %d, alone granted %v remaining %d",
+					i, j, got.Granted, got.Remaining, w.Granted, w.Remaining)
+			}
+		}
+	}
+	return granted
 }
 
 // names runs a names call of script and decodes its reply.
@@ -294,23 +306,7 @@ func TestNamesMultiLimit(t *testing.T) {
 					twins = append(twins, tw)
 				}
 				reps := r.names(t, script, conf, names)
-				granted := 0
-				for i, tw := range twins {
-					want := tw.call(limiter.OpAcquire, asks, limiter.AcquireArgs(conf, asks))
-					if reps[i].Status != limiter.StatusOK || want.Status != limiter.StatusOK {
-						t.Fatalf("name %d: status %d (alone %d)", i, reps[i].Status, want.Status)
-					}
-					for j, got := range reps[i].Results {
-						w := want.Results[j]
-						if got.Granted {
-							granted++
-						}
-						if got.Granted != w.Granted || got.Remaining != w.Remaining {
-							t.Errorf("name %d ask %d: granted %v remaining %d, alone granted %v remaining %d",
-								i, j, got.Granted, got.Remaining, w.Granted, w.Remaining)
-						}
-					}
-				}
+				granted := sameAsAlone(t, reps, twins, conf, asks)
 				// 3 per minute decides: the names that had used 0, 1, 2 and 3
 				// are granted 1, 1 and the last 1 (not 2); 1, 1; 1; nothing.
 				if granted != 6 {
