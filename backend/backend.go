@@ -138,6 +138,7 @@ func (n *Node) runPipeline(ctx context.Context, queued []evalCall) ([]evalResult
 	case 1:
 		c := calls[0]
 		out[at[0]].v, out[at[0]].err = c.script.Run(ctx, n.client, c.keys, c.args...).Result()
+		n.recordUnreachable(out, at)
 		return out, nil
 	}
 	pipe := n.client.Pipeline()
@@ -155,7 +156,22 @@ func (n *Node) runPipeline(ctx context.Context, queued []evalCall) ([]evalResult
 			r.v, r.err = c.script.Eval(ctx, n.client, c.keys, c.args...).Result()
 		}
 	}
+	n.recordUnreachable(out, at)
 	return out, nil
+}
+
+// recordUnreachable opens the breaker when a pipeline found the node
+// unreachable, before the next pipeline can start: the calls queued
+// behind it are then refused at once. Their callers record the failure
+// too (Node.do), but may run only after the next pipeline has been sent,
+// and its calls would wait out another timeout.
+func (n *Node) recordUnreachable(out []evalResult, sent []int) {
+	for _, i := range sent {
+		if err := out[i].err; errors.Is(n.wrap(err), ErrUnavailable) {
+			n.breaker.record(time.Now(), err)
+			return
+		}
+	}
 }
 
 // HGetAll reads a hash; an empty map means no such key.
