@@ -615,6 +615,30 @@ func TestEmbeddedBackend(t *testing.T) {
 	}
 }
 
+// The README's per-user example on the embedded backend, for every
+// algorithm and the usual intervals: a policy's names are decided there
+// as on Redis (its Lua is another interpreter: generation numbers as table
+// keys once made each call fill an array of millions).
+func TestEmbeddedPolicies(t *testing.T) {
+	h := startProxy(t, nil)
+	for _, algo := range []string{"token-bucket", "leaky-bucket", "fixed-window", "sliding-window", "sliding-log"} {
+		for _, interval := range []string{"1s", "1m", "1h", "1d"} {
+			p := algo + ":" + interval + ":"
+			h.Do(t, "RL.POLICY", "SET", p+"*", 3, interval, "ALGO", algo).Equal(int64(1))
+			h.Do(t, "RL.ACQUIRE", p+"42", 3).Granted(0)
+			h.Do(t, "RL.ACQUIRE", p+"42").Denied(0)
+			if g := h.Do(t, "RL.ACQUIRE", p+"7").Acquire(); !g.Granted {
+				t.Errorf("%s7 denied, want a name of its own", p)
+			}
+			h.Do(t, "RL.AVAILABLE", p+"42").Equal(int64(0))
+			h.Do(t, "RL.RESET", p+"42").Equal(int64(1))
+			h.Do(t, "RL.AVAILABLE", p+"42").Equal(int64(3))
+			h.Do(t, "RL.DEL", p+"7").Equal(int64(1))
+			h.Do(t, "RL.AVAILABLE", p+"7").Equal(int64(3))
+		}
+	}
+}
+
 // A backend URL carries the password and the database.
 func TestBackendURLWithPasswordAndDB(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.WithPassword("pw"))

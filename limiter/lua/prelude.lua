@@ -154,10 +154,14 @@ end
 -- that must outlive both (booked ahead, debt) is a key of its own, as
 -- elsewhere, and the key "<hash_prefix>:long" lasts as long as the
 -- longest of them: while it exists, misses are looked up as keys too.
+-- gens, sets and dels are keyed by a generation's place among the two
+-- alive (0, 1), not by its number: the embedded backend's Lua (miniredis,
+-- gopher-lua) keeps a table's integer keys below 2^26 in an array, filled
+-- with nils up to the key, and generation numbers are in the millions.
 local gen, gens, long_flag, where, sets, dels -- gen: the first generation alive
 if hash_prefix then
   gen = floor(now / 1000 / gen_ms) + 1
-  gens = {[gen] = hash_prefix .. ':' .. gen, [gen + 1] = hash_prefix .. ':' .. (gen + 1)}
+  gens = {[0] = hash_prefix .. ':' .. gen, [1] = hash_prefix .. ':' .. (gen + 1)}
   long_flag = hash_prefix .. ':long'
   where, sets, dels = {}, {}, {}
 end
@@ -200,8 +204,8 @@ local function prefetch(keys)
     end
     keys = missed
   end
-  look('HMGET', gens[gen], gen)
-  look('HMGET', gens[gen + 1], gen + 1)
+  look('HMGET', gens[0], gen)
+  look('HMGET', gens[1], gen + 1)
   if #keys > 0 and redis.call('EXISTS', long_flag) == 1 then look('MGET', nil, 'long') end
 end
 
@@ -217,10 +221,10 @@ local function get(key)
   if not gens then
     return redis.call('GET', key)
   end
-  for n, h in pairs(gens) do
-    local v = redis.call('HGET', h, key)
+  for i = 0, 1 do
+    local v = redis.call('HGET', gens[i], key)
     if v then
-      where[key] = n
+      where[key] = gen + i
       return v
     end
   end
@@ -231,13 +235,13 @@ local function get(key)
   end
 end
 
--- Adds key (and value, for a set) to list[n]: a generation's pending
--- sets or deletes.
-local function pend(list, n, key, value)
-  local l = list[n]
+-- Adds key (and value, for a set) to list[i]: the pending sets or
+-- deletes of the generation at place i (0, 1).
+local function pend(list, i, key, value)
+  local l = list[i]
   if not l then
     l = {}
-    list[n] = l
+    list[i] = l
   end
   l[#l + 1] = key
   if value then l[#l + 1] = value end
@@ -253,7 +257,7 @@ local function drop(key)
   if w == 'long' then
     redis.call('DEL', key)
   elseif w then
-    pend(dels, w, key)
+    pend(dels, w - gen, key)
   end
   where[key] = nil
 end
@@ -272,10 +276,10 @@ local function keep(key, value, us, stored)
   end
   if gens then
     local n = ceil(ceil((now + us) / 1000 - EPS) / gen_ms)
-    if gens[n] then
+    if gens[n - gen] then
       local w = where[key]
       if w and w ~= n then drop(key) end
-      pend(sets, n, key, value)
+      pend(sets, n - gen, key, value)
       where[key] = n
       return
     end
@@ -299,12 +303,12 @@ local function flush()
   if next(sets) then
     redis.call('UNLINK', hash_prefix .. ':' .. (gen - 1))
   end
-  for n, l in pairs(sets) do
-    redis.call('HSET', gens[n], unpack(l))
-    redis.call('PEXPIREAT', gens[n], (n + 1) * gen_ms)
+  for i, l in pairs(sets) do
+    redis.call('HSET', gens[i], unpack(l))
+    redis.call('PEXPIREAT', gens[i], (gen + i + 1) * gen_ms)
   end
-  for n, l in pairs(dels) do
-    redis.call('HDEL', gens[n], unpack(l))
+  for i, l in pairs(dels) do
+    redis.call('HDEL', gens[i], unpack(l))
   end
   sets, dels = {}, {}
 end
