@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -64,7 +65,11 @@ func TestNodePipelinesConcurrentCalls(t *testing.T) {
 
 // Calls queued behind a pipeline that finds the node stalled are refused
 // ("circuit open") as soon as it fails: none is sent in a pipeline of its
-// own to wait out another timeout, whichever goroutine runs first.
+// own to wait out another timeout. The coalescer starts that next
+// pipeline right after handing out the results, perhaps before the
+// callers that would record the failure run; so the pipeline records it
+// itself. Pipelines are run here as the coalescer runs them, one after
+// the other, so the order cannot depend on the scheduler.
 func TestNodeQueuedCallsFailWithTheirPipeline(t *testing.T) {
 	srv := redistest.StartServer(t)
 	pool, err := Open(context.Background(), Options{Backends: []string{srv.URL()}, Timeout: 100 * time.Millisecond},
@@ -73,57 +78,33 @@ func TestNodeQueuedCallsFailWithTheirPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Close() })
-	pool.SetBreakerCooldown(time.Millisecond)
 	node := pool.Nodes()[0]
 	echo := redis.NewScript(`return ARGV[1]`)
-	eval := func() error {
-		_, err := node.Eval(context.Background(), echo, nil, "x")
-		return err
+	// calls queued when the node had failed failures times.
+	calls := func(n int, failures uint64) []evalCall {
+		queued := make([]evalCall, n)
+		for i := range queued {
+			queued[i] = evalCall{script: echo, args: []any{"x"}, failures: failures}
+		}
+		return queued
 	}
-
-	for round := range 10 {
-		// A call that reaches the node closes the breaker.
-		err := eval()
-		for deadline := time.Now().Add(time.Second); err != nil && time.Now().Before(deadline); err = eval() {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatalf("round %d: the node does not answer: %v", round, err)
-		}
-		srv.Pause(t)
-		first := make(chan error, 1)
-		go func() { first <- eval() }()
-		time.Sleep(20 * time.Millisecond) // the first call is in flight
-		const queued = 50
-		errs := make(chan error, queued)
-		for range queued {
-			go func() { errs <- eval() }()
-		}
-		if err := <-first; err == nil {
-			t.Fatal("a call succeeded on a stalled node")
-		}
-		for range queued {
-			if err := <-errs; err == nil || !strings.Contains(err.Error(), "circuit open") {
-				t.Fatalf("round %d: a call queued behind the failed pipeline: %v, want it refused (circuit open)", round, err)
+	srv.Pause(t)
+	defer srv.Resume(t)
+	for _, n := range []int{1, 3} {
+		before, _ := node.breaker.failed()
+		first, _ := node.runPipeline(context.Background(), calls(n, before))
+		for _, r := range first {
+			if !errors.Is(node.wrap(r.err), ErrUnavailable) {
+				t.Fatalf("a call to a stalled node: %v, want it unavailable", r.err)
 			}
 		}
-		srv.Resume(t)
-	}
-
-	// What makes that so whichever goroutine runs first: a pipeline that
-	// finds the node stalled is on record when it returns, before its
-	// callers (which record it too) have run, and before the next pipeline.
-	for _, calls := range []int{1, 3} {
-		srv.Pause(t)
-		before, _ := node.breaker.failed()
-		queued := make([]evalCall, calls)
-		for i := range queued {
-			queued[i] = evalCall{script: echo, args: []any{"x"}, failures: before}
+		// Queued meanwhile (before the failure), run next: refused, not
+		// sent (sent, they would time out too).
+		next, _ := node.runPipeline(context.Background(), calls(50, before))
+		for _, r := range next {
+			if r.err == nil || !strings.Contains(r.err.Error(), "circuit open") {
+				t.Fatalf("behind a pipeline of %d that found the node stalled, a queued call got %v, want it refused (circuit open)", n, r.err)
+			}
 		}
-		node.runPipeline(context.Background(), queued)
-		if after, _ := node.breaker.failed(); after == before {
-			t.Errorf("a pipeline of %d call(s) found the node stalled, and its failure is not on record when it returns", calls)
-		}
-		srv.Resume(t)
 	}
 }
