@@ -16,7 +16,7 @@ func Policies(l *ratelimit.Limiters, o Options) []Command {
 		Name: "RL.POLICY", Arity: -2, Group: "ratelimit",
 		Summary: "Manages policies: one rule over every name that starts with a prefix (like user:*).",
 		Sub: []Command{
-			{Name: "SET", Arity: -5, Flags: []string{"write"},
+			{Name: "SET", Arity: -5, Flags: []string{"write"}, PatternPos: 2,
 				Summary: "Creates or changes a policy (the options of RL.SETRATE but TTL). Returns 1 when it was created or changed, 0 when it was left as it was.",
 				Args:    append([]Arg{pattern}, rateArgs(false)...),
 				Handler: h.set},

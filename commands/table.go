@@ -53,6 +53,9 @@ type Command struct {
 	Summary string
 	Args    []Arg
 	Handler Handler
+	// PatternPos is the position of a policy pattern (0 = none): its
+	// prefix is bounded as a name is, or no name could match it.
+	PatternPos int
 	// Batch, when set, is how the server runs this command: a run of
 	// neighbouring calls of it from one client's pipeline go together, so
 	// they can share backend calls, and a call that comes alone is

@@ -397,6 +397,9 @@ func (c Config) Validate() error {
 		if !strings.HasSuffix(p.Pattern, "*") || strings.Count(p.Pattern, "*") != 1 {
 			bad("policies[%d]: pattern must be a prefix followed by '*' (like user:*), got %q", i, p.Pattern)
 		}
+		if len(p.Pattern) > c.MaxNameLength+1 {
+			bad("policies[%d]: pattern is longer than %d bytes: no name could match it (max_name_length is %d)", i, c.MaxNameLength+1, c.MaxNameLength)
+		}
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

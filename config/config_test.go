@@ -389,6 +389,16 @@ func TestValidate(t *testing.T) {
 		{"max_waiters 0", func(c *Config) { c.MaxWaiters = 0 }, "config: max_waiters must be > 0 (got 0)"},
 		{"log_level", func(c *Config) { c.LogLevel = "verbose" }, `config: log_level must be one of debug, info, warn, error (got "verbose")`},
 		{"log_format", func(c *Config) { c.LogFormat = "xml" }, `config: log_format must be one of text, json (got "xml")`},
+		{"policy pattern shape", func(c *Config) { c.Policies = []Policy{{Pattern: "user:", Rate: 1, Interval: "1s"}} },
+			`config: policies[0]: pattern must be a prefix followed by '*' (like user:*), got "user:"`},
+		{"policy prefix as long as a name", func(c *Config) {
+			c.MaxNameLength = 8
+			c.Policies = []Policy{{Pattern: "user:123*", Rate: 1, Interval: "1s"}}
+		}, ""},
+		{"policy prefix longer than a name", func(c *Config) {
+			c.MaxNameLength = 8
+			c.Policies = []Policy{{Pattern: "user:1234*", Rate: 1, Interval: "1s"}}
+		}, "config: policies[0]: pattern is longer than 9 bytes: no name could match it (max_name_length is 8)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -128,13 +128,21 @@ func (u *user) mayTouch(name string) bool {
 }
 
 // permit checks a call of cmd (a subcommand when sub is set) by client c
-// before it runs: the limiter name's length, then the user's rights.
+// before it runs: the limiter name's (or policy pattern's) length, then
+// the user's rights.
 // Nothing that fails here reaches a backend.
 func (s *Server) permit(c *client, cmd, sub *commands.Command, args []string) error {
 	key, hasKey := cmd.Key(args)
 	if hasKey {
 		if err := commands.CheckName(key, s.limits().MaxNameLength); err != nil {
 			return err
+		}
+	}
+	if sub != nil {
+		if p, ok := sub.Pattern(args); ok {
+			if err := commands.CheckPattern(p, s.limits().MaxNameLength); err != nil {
+				return err
+			}
 		}
 	}
 	u := c.user.Load()

@@ -379,6 +379,11 @@ func TestPolicyUsers(t *testing.T) {
 	app.Do(t, "RL.POLICY", "SET", "api:*", 100, "1s").Err("NOPERM User app has no permissions to run the 'rl.policy' command")
 	app.Do(t, "RL.POLICY", "LIST").Err("NOPERM User app has no permissions to run the 'rl.policy' command")
 	h.Do(t, "RL.ACQUIRE", strings.Repeat("x", 513)).Err("ERR limiter name is longer than 512 bytes")
+	// A prefix as long as a name is a pattern; a longer one could match nothing.
+	h.Do(t, "RL.POLICY", "SET", strings.Repeat("x", 512)+"*", 1, "1m").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", strings.Repeat("x", 512)).Granted(0)
+	h.Do(t, "RL.POLICY", "SET", strings.Repeat("x", 513)+"*", 1, "1m").Err("ERR policy pattern is longer than 513 bytes: no name could match it (max_name_length is 512)")
+	h.Do(t, "RL.POLICY", "LIST").Equal([]any{"*", strings.Repeat("x", 512) + "*"})
 }
 
 // Requests for different names of one policy go to Redis together: a
