@@ -286,7 +286,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.Duration(flagName("shutdown_ready_delay"), d.ShutdownReadyDelay, "on SIGTERM/SIGINT, how long /readyz answers 503 while clients are still served, before the listeners close (part of --shutdown-timeout; only with --metrics-listen)")
 	fs.Duration(flagName("busy_poll"), d.BusyPoll, "how long an otherwise idle proxy polls a socket before sleeping (0 = never)")
 	fs.Int(flagName("pool_size"), d.PoolSize, "connections per backend node (0: go-redis default, 10 per CPU)")
-	fs.Bool(flagName("deny_cache"), d.DenyCache, "answer denials locally until their retry_after (disable with --deny-cache=false)")
+	fs.Bool(flagName("deny_cache"), d.DenyCache, "answer denials locally until their retry_after, a second at most (disable with --deny-cache=false)")
 	fs.Int(flagName("deny_cache_size"), d.DenyCacheSize, "most denials the deny cache holds (> 0)")
 	fs.Int(flagName("max_waiters"), d.MaxWaiters, "most clients waiting at once with TIMEOUT/BLOCK (> 0)")
 	fs.Int(flagName("max_policies"), d.MaxPolicies, "most policies (RL.POLICY) there may be (> 0)")

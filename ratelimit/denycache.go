@@ -15,9 +15,10 @@ import (
 // permits at time t with retry_after r means no request for n permits can
 // be granted before t+r (only requests for exactly n are answered, so the
 // retry_after they get is theirs too) — unless permits come back by
-// RL.RELEASE, RL.RESET or a rate change. Those invalidate the cache on
-// this proxy; on other proxies a cached denial outlives them by at most
-// its retry_after.
+// RL.RELEASE, RL.RESET, a rate change or an explicit limiter made over a
+// policy's name. Those invalidate the cache on this proxy; another
+// proxy, which cannot see them, answers a cached denial for at most
+// maxDenialAge, then asks the backend again.
 //
 // It holds at most max denials (0: DefaultDenyCacheSize). When it is full,
 // a new denial first clears the expired ones; if most are still live, an
@@ -33,6 +34,13 @@ type denyCache struct {
 
 // DefaultDenyCacheSize is the deny cache's bound when none is configured.
 const DefaultDenyCacheSize = 100_000
+
+// maxDenialAge bounds how long a denial is answered from memory, whatever
+// its retry_after: a change made through another proxy (a higher rate, a
+// reset, an explicit limiter for a user) is seen within it, as a changed
+// policy is. A name denied for an hour then costs a backend call a
+// second per proxy, not one per request.
+const maxDenialAge = time.Second
 
 type subKey struct {
 	shard         int
@@ -72,11 +80,12 @@ func (c *denyCache) check(name string, k subKey, permits int64, now time.Time) (
 	return res, true
 }
 
-// add remembers a denial decided no earlier than sent. retry_after is
+// add remembers a denial decided no earlier than sent, until its
+// retry_after or for maxDenialAge, whichever is shorter. retry_after is
 // rounded up to whole microseconds by the script, so one is taken off to
 // stay on the safe side.
 func (c *denyCache) add(name string, k subKey, permits int64, sent time.Time, res limiter.Result) {
-	until := sent.Add(time.Duration(res.RetryAfterUs-1) * time.Microsecond)
+	until := sent.Add(min(time.Duration(res.RetryAfterUs-1)*time.Microsecond, maxDenialAge))
 	if !until.After(sent) {
 		return
 	}

@@ -210,18 +210,33 @@ func TestDenyCacheSizeBound(t *testing.T) {
 	}
 }
 
+// A denial is answered from memory for at most maxDenialAge, however
+// long its retry_after: a change made through another proxy (which this
+// one cannot see) is seen within it.
+func TestDenyCacheMaxAge(t *testing.T) {
+	var c denyCache
+	k := subKey{epoch: "e"}
+	c.add("k", k, 1, t0, denied(0, 3600_000_000, 3600_000)) // an hour
+	if res, ok := c.check("k", k, 1, t0.Add(maxDenialAge-time.Microsecond)); !ok || res.RetryAfterUs != 3600_000_000-(maxDenialAge-time.Microsecond).Microseconds() {
+		t.Errorf("just before maxDenialAge: %+v, %v; want the denial, its retry_after brought up to now", res, ok)
+	}
+	if _, ok := c.check("k", k, 1, t0.Add(maxDenialAge)); ok {
+		t.Errorf("a denial of an hour answered from memory after %v", maxDenialAge)
+	}
+}
+
 // Expired denials are forgotten when room is needed: after they expire,
 // a full cache of them gives way to new ones, and live ones stay.
 func TestDenyCacheForgetsExpired(t *testing.T) {
 	const bound = 100
 	c := denyCache{max: bound}
-	short := denied(0, 10_000_000, 1000)   // live for 10 s
-	long := denied(0, 1_000_000_000, 1000) // for 1000 s
+	short := denied(0, 500_000, 1000)      // live for 0.5 s
+	long := denied(0, 1_000_000_000, 1000) // for maxDenialAge (of 1000 s)
 	c.add("live", subKey{epoch: "e"}, 1, t0, long)
 	for i := range bound - 1 {
 		c.add("k", subKey{shard: i, epoch: "e"}, 1, t0, short)
 	}
-	later := t0.Add(time.Minute) // every short denial has expired
+	later := t0.Add(700 * time.Millisecond) // every short denial has expired
 	c.add("new", subKey{epoch: "e"}, 1, later, long)
 	if c.size != 2 {
 		t.Errorf("size = %d after the expired denials made room, want 2 (live and new)", c.size)

@@ -265,6 +265,18 @@ func TestPolicyAcrossProxies(t *testing.T) {
 	b.Do(t, "RL.SETRATE", "user:x", 100, "1s").Equal(int64(1))
 	c.Do(t, "RL.ACQUIRE", "user:x").Granted(99)
 	a.Do(t, "RL.GETRATE", "user:x").Equal(getRate3(100, 1000, "token-bucket", 100, "OVERALL", 0))
+	// ... and on one that has the name's policy denial cached (for 12 more
+	// minutes by its retry_after): one raised user is served within a second.
+	a.Do(t, "RL.ACQUIRE", "user:d", 5).Granted(0)
+	a.Do(t, "RL.ACQUIRE", "user:d").Denied(0)
+	b.Do(t, "RL.SETRATE", "user:d", 100, "1s").Equal(int64(1))
+	within("proxy A serves the explicit limiter over its cached policy denial", 2500*time.Millisecond, func() error {
+		v, err := a.client(t, nil).Do(context.Background(), "RL.ACQUIRE", "user:d").Slice()
+		if err != nil || len(v) != 4 || v[0] != int64(1) {
+			return fmt.Errorf("RL.ACQUIRE user:d on A = %v %v, want granted", v, err)
+		}
+		return nil
+	})
 
 	// Waiters on B and C on a governed name; RL.POLICY DEL through A.
 	a.Do(t, "RL.POLICY", "SET", "user:*", 1, "1h").Equal(int64(1))
