@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -196,14 +197,27 @@ func TestBinaryEnvOverridesFile(t *testing.T) {
 // freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// Below Linux's ephemeral range (32768+): a port from there, free now,
+	// may be a client connection's local port by the time the binary binds
+	// it. Each port is handed out once per test run.
+	for range 1000 {
+		port := 20000 + rand.IntN(12768)
+		if _, taken := handedOut.LoadOrStore(port, true); taken {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return strconv.Itoa(port)
 	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
+	t.Fatal("no free loopback port below 32768")
+	return ""
 }
+
+// handedOut are the ports freePort has returned.
+var handedOut sync.Map
 
 var (
 	buildOnce sync.Once
