@@ -117,3 +117,47 @@ var movableKeys = map[string]func([]string) []string{
 func withFirst(keys func([]string) []string) func([]string) []string {
 	return func(args []string) []string { return append(first(args), keys(args)...) }
 }
+
+// SortPattern is an option of a SORT or SORT_RO call that reads keys named
+// by a pattern and the sorted elements: no key check can see those keys,
+// so Redis refuses the option to a user without access to every key.
+type SortPattern struct {
+	Option  string // "BY" (only with a '*': without one BY skips sorting) or "GET"
+	Pattern string
+}
+
+// SortPatterns returns the options of a SORT or SORT_RO call that read
+// keys by pattern, as Redis parses them.
+func SortPatterns(args []string) []SortPattern {
+	if name := strings.ToUpper(args[0]); name != "SORT" && name != "SORT_RO" {
+		return nil
+	}
+	var out []SortPattern
+	for j := 2; j < len(args)-1; j++ {
+		switch opt := strings.ToUpper(args[j]); opt {
+		case "BY", "GET":
+			j++
+			if opt == "GET" || strings.Contains(args[j], "*") {
+				out = append(out, SortPattern{opt, args[j]})
+			}
+		case "LIMIT":
+			j += 2
+		case "STORE":
+			j++
+		}
+	}
+	return out
+}
+
+// Denied is Redis's refusal of the option.
+func (p SortPattern) Denied() string {
+	return p.Option + " option of SORT denied due to insufficient ACL permissions."
+}
+
+// mayReach reports whether a key the pattern forms (its first '*'
+// replaced by an element; "->field" names a hash field after it) may
+// start with prefix. Without a '*' it forms none ('#': the element).
+func (p SortPattern) mayReach(prefix string) bool {
+	lit, _, ok := strings.Cut(p.Pattern, "*")
+	return ok && (strings.HasPrefix(lit, prefix) || strings.HasPrefix(prefix, lit))
+}

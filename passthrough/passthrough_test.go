@@ -3,10 +3,12 @@ package passthrough
 import (
 	"bufio"
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/internal/redistest"
 )
 
@@ -89,4 +91,56 @@ func toAny(args []string) []any {
 		out[i] = a
 	}
 	return out
+}
+
+// SortPatterns finds the options Redis refuses to a user without access
+// to every key, in order: each call is put to Redis as such a user.
+func TestSortPatternsAsRedisRefusesThem(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	if err := srv.Client(t).Do(ctx, "ACL", "SETUSER", "bound", "on", "nopass", "+@all", "~a", "~d").Err(); err != nil {
+		t.Fatal(err)
+	}
+	bound := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "bound", Password: "x", Protocol: 2})
+	t.Cleanup(func() { bound.Close() })
+	refused := 0
+	for _, args := range [][]string{
+		{"SORT", "a"}, {"SORT", "a", "BY", "nosort"}, {"SORT", "a", "BY", "w*"}, {"SORT", "a", "by", "w_*->f", "ALPHA"},
+		{"SORT", "a", "GET", "#"}, {"SORT", "a", "GET", "o_*"}, {"SORT", "a", "BY", "nosort", "GET", "#", "GET", "o_*"},
+		{"SORT", "a", "LIMIT", "0", "10", "GET", "#"}, {"SORT", "a", "LIMIT", "0", "10", "STORE", "d"},
+		{"SORT", "a", "STORE", "d"}, {"SORT", "a", "DESC", "ALPHA", "BY", "w*", "GET", "#"},
+		{"SORT_RO", "a", "BY", "w*"}, {"SORT_RO", "a", "GET", "#"}, {"SORT_RO", "a", "ALPHA"},
+	} {
+		var want string
+		err := bound.Do(ctx, toAny(args)...).Err()
+		if err != nil && strings.Contains(err.Error(), "option of SORT denied") {
+			want = strings.TrimPrefix(err.Error(), "ERR ")
+			refused++
+		} else if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("%q as a bound user: %v", args, err)
+		}
+		var got string
+		if ps := SortPatterns(args); len(ps) > 0 {
+			got = ps[0].Denied()
+		}
+		if got != want {
+			t.Errorf("%q: SortPatterns gives %q, Redis refuses with %q", args, got, want)
+		}
+	}
+	if refused != 9 {
+		t.Errorf("Redis refused %d of the calls, want 9: is the user still bound?", refused)
+	}
+}
+
+// A pattern may reach rlproxy's keys when what comes before its '*' could
+// begin one: an element fills the rest.
+func TestSortPatternMayReachPrefix(t *testing.T) {
+	for p, want := range map[string]bool{
+		"*": true, "*->f": true, "r*": true, "rl:*": true, "rl:{api:0}*": true,
+		"w_*": false, "w_*->rl:": false, "x*rl:": false, "#": false, "rl:{api:0}:c": false,
+	} {
+		if got := (SortPattern{"GET", p}).mayReach("rl:"); got != want {
+			t.Errorf("pattern %q may reach rl: keys: %v, want %v", p, got, want)
+		}
+	}
 }

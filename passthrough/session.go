@@ -119,6 +119,10 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			reply(i, noPermFrame)
 			continue
 		}
+		if p, ok := s.sortReachesOwn(args); ok {
+			reply(i, errorFrame("ERR "+p.Denied()))
+			continue
+		}
 		s.mu.Lock()
 		step := s.plan(name, args)
 		if step.block && s.g.stopped() != nil {
@@ -426,6 +430,20 @@ func (s *Session) pinBroken(c *conn, answered bool) {
 }
 
 // ownKey reports whether a command names one of rlproxy's own keys.
+// sortReachesOwn returns an option of a SORT call whose pattern may form
+// one of rlproxy's keys (from an element such as "rl:{api:0}:c").
+func (s *Session) sortReachesOwn(args []string) (SortPattern, bool) {
+	if s.g.o.KeyPrefix == "" {
+		return SortPattern{}, false
+	}
+	for _, p := range SortPatterns(args) {
+		if p.mayReach(s.g.o.KeyPrefix) {
+			return p, true
+		}
+	}
+	return SortPattern{}, false
+}
+
 func (s *Session) ownKey(args []string) bool {
 	for _, k := range Keys(args) {
 		if strings.HasPrefix(k, s.g.o.KeyPrefix) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -17,6 +18,10 @@ type Forwarder interface {
 	Open(push func(frame []byte), flush, kill func()) Session
 	// Keys returns the keys a command names (for users' key patterns).
 	Keys(args []string) []string
+	// SortDenied returns, for a call that reads keys by pattern (SORT's
+	// BY and GET), Redis's refusal to a user bound to key patterns; ""
+	// for others.
+	SortDenied(args []string) string
 	// Stop begins a shutdown: clients blocked in a forwarded blocking
 	// command (BLPOP, ...) are answered "ERR " + reason at once.
 	Stop(reason error)
@@ -130,6 +135,9 @@ func (s *Server) forwardable(c *client, args []string) error {
 			if !matchAny(k, u.keys) {
 				return fmt.Errorf("NOPERM No permissions to access a key")
 			}
+		}
+		if msg := s.opts.Forward.SortDenied(args); msg != "" {
+			return errors.New(msg)
 		}
 	}
 	return nil

@@ -45,6 +45,12 @@ func (f forwarder) Open(push func([]byte), flush, kill func()) server.Session {
 }
 func (f forwarder) Keys(args []string) []string { return passthrough.Keys(args) }
 func (f forwarder) Stop(reason error)           { f.g.Stop(reason) }
+func (f forwarder) SortDenied(args []string) string {
+	if ps := passthrough.SortPatterns(args); len(ps) > 0 {
+		return ps[0].Denied()
+	}
+	return ""
+}
 
 // passthroughStats are the INFO # Passthrough figures and their metrics.
 func passthroughStats(g *passthrough.Gateway) []stat {

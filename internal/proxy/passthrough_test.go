@@ -233,6 +233,14 @@ func TestPassthroughSafety(t *testing.T) {
 	h.Do(t, "EVAL", "return 1", 1, "rl:x").Err("NOPERM No permissions to access a key")
 	h.Do(t, "EVAL", "return 1", 0, "rl:x").Equal(int64(1)) // an argument, not a key
 	h.Do(t, "XREAD", "STREAMS", "s", "rl:s", "0", "0").Err("NOPERM No permissions to access a key")
+	// SORT reads keys named by a pattern and the elements: refused, as
+	// Redis refuses it to a user without every key, when they may be
+	// rlproxy's; allowed otherwise.
+	h.Do(t, "RPUSH", "ids", "2", "1").Equal(int64(2))
+	h.Do(t, "MSET", "w_1", "1", "w_2", "2", "o_1", "one", "o_2", "two").Equal("OK")
+	h.Do(t, "SORT", "ids", "BY", "w_*", "GET", "#", "GET", "o_*").Equal([]any{"1", "one", "2", "two"})
+	h.Do(t, "SORT", "ids", "BY", "nosort", "GET", "rl:{k:0}*").Err("ERR GET option of SORT denied due to insufficient ACL permissions.")
+	h.Do(t, "SORT_RO", "ids", "BY", "*->f").Err("ERR BY option of SORT denied due to insufficient ACL permissions.")
 	h.Do(t, "MONITOR").Err("ERR 'monitor' is not supported by rlproxy")
 	h.Do(t, "shutdown", "NOSAVE").Err("ERR 'shutdown' is not supported by rlproxy")
 
@@ -240,6 +248,9 @@ func TestPassthroughSafety(t *testing.T) {
 	app.Do(t, "SET", "app:1", "v").Equal("OK")
 	app.Do(t, "GET", "app:1").Equal("v")
 	app.Do(t, "GET", "other").Err("NOPERM No permissions to access a key")
+	app.Do(t, "RPUSH", "app:ids", "1").Equal(int64(1))
+	app.Do(t, "SORT", "app:ids").Equal([]any{"1"})
+	app.Do(t, "SORT", "app:ids", "GET", "#").Err("ERR GET option of SORT denied due to insufficient ACL permissions.")
 	app.Do(t, "FLUSHALL").Err("NOPERM User app has no permissions to run the 'flushall' command")
 	app.Do(t, "SWAPDB", "0", "1").Err("NOPERM User app has no permissions to run the 'swapdb' command")
 	app.Do(t, "RL.ACQUIRE", "k").Acquire()
