@@ -126,9 +126,11 @@ func (s *Server) forwardable(c *client, args []string) error {
 	if u == nil || u.admin {
 		return nil
 	}
-	name := strings.ToUpper(args[0])
-	if !u.redis || adminOnly[name] {
+	if !u.redis {
 		return noPerm(u, strings.ToLower(args[0]))
+	}
+	if cmd, ok := adminOnlyCall(args); ok {
+		return noPerm(u, cmd)
 	}
 	if u.keys != nil {
 		for _, k := range s.opts.Forward.Keys(args) {
@@ -143,9 +145,48 @@ func (s *Server) forwardable(c *client, args []string) error {
 	return nil
 }
 
-// adminOnly are forwarded commands only admins may run: they would erase
-// every limit.
-var adminOnly = map[string]bool{"FLUSHALL": true, "FLUSHDB": true, "SWAPDB": true}
+// adminOnly are the forwarded commands (or container|subcommand) only
+// admins may run. FLUSHALL, FLUSHDB and SWAPDB would erase every limit;
+// the rest are Redis's @admin commands — its users (ACL SETUSER could
+// lock rlproxy out of Redis), persistence, modules and diagnostics — as
+// Redis 7.0's COMMAND lists them (TestAdminOnlyAsRedis). Those rlproxy
+// answers itself or refuses (CONFIG, CLIENT, MONITOR, ...) are listed too,
+// so the table is Redis's whole set.
+var adminOnly = map[string]bool{
+	"FLUSHALL": true, "FLUSHDB": true, "SWAPDB": true,
+	"ACL|DELUSER": true, "ACL|DRYRUN": true, "ACL|GETUSER": true, "ACL|LIST": true, "ACL|LOAD": true,
+	"ACL|LOG": true, "ACL|SAVE": true, "ACL|SETUSER": true, "ACL|USERS": true,
+	"BGREWRITEAOF": true, "BGSAVE": true, "LASTSAVE": true, "SAVE": true,
+	"CLIENT|KILL": true, "CLIENT|LIST": true, "CLIENT|NO-EVICT": true, "CLIENT|PAUSE": true,
+	"CLIENT|UNBLOCK": true, "CLIENT|UNPAUSE": true,
+	"CLUSTER|ADDSLOTS": true, "CLUSTER|ADDSLOTSRANGE": true, "CLUSTER|BUMPEPOCH": true,
+	"CLUSTER|COUNT-FAILURE-REPORTS": true, "CLUSTER|DELSLOTS": true, "CLUSTER|DELSLOTSRANGE": true,
+	"CLUSTER|FAILOVER": true, "CLUSTER|FLUSHSLOTS": true, "CLUSTER|FORGET": true, "CLUSTER|MEET": true,
+	"CLUSTER|REPLICAS": true, "CLUSTER|REPLICATE": true, "CLUSTER|RESET": true, "CLUSTER|SAVECONFIG": true,
+	"CLUSTER|SET-CONFIG-EPOCH": true, "CLUSTER|SETSLOT": true, "CLUSTER|SLAVES": true,
+	"CONFIG|GET": true, "CONFIG|RESETSTAT": true, "CONFIG|REWRITE": true, "CONFIG|SET": true,
+	"DEBUG": true, "FAILOVER": true, "MONITOR": true, "PSYNC": true, "REPLCONF": true, "REPLICAOF": true,
+	"ROLE": true, "SHUTDOWN": true, "SLAVEOF": true, "SYNC": true, "PFDEBUG": true, "PFSELFTEST": true,
+	"LATENCY|DOCTOR": true, "LATENCY|GRAPH": true, "LATENCY|HISTOGRAM": true, "LATENCY|HISTORY": true,
+	"LATENCY|LATEST": true, "LATENCY|RESET": true,
+	"MODULE|LIST": true, "MODULE|LOAD": true, "MODULE|LOADEX": true, "MODULE|UNLOAD": true,
+	"SLOWLOG|GET": true, "SLOWLOG|LEN": true, "SLOWLOG|RESET": true,
+}
+
+// adminOnlyCall reports whether a forwarded call is admin-only, and its
+// name as NOPERM gives it ("acl|setuser").
+func adminOnlyCall(args []string) (string, bool) {
+	name := strings.ToUpper(args[0])
+	if adminOnly[name] {
+		return strings.ToLower(name), true
+	}
+	if len(args) > 1 {
+		if sub := name + "|" + strings.ToUpper(args[1]); adminOnly[sub] {
+			return strings.ToLower(sub), true
+		}
+	}
+	return "", false
+}
 
 func matchAny(s string, patterns []string) bool {
 	for _, p := range patterns {

@@ -261,6 +261,65 @@ func TestPassthroughSafety(t *testing.T) {
 	h.Do(t, "FLUSHDB").Equal("OK") // the admin may
 }
 
+// Redis's @admin commands (its users, persistence, modules, diagnostics)
+// are for rlproxy's admins: a user of the redis category gets none of
+// them to Redis (ACL SETUSER could lock rlproxy out of its backend), and
+// an admin does. The list comes from the backend's own COMMAND.
+func TestPassthroughAdminCommands(t *testing.T) {
+	h := start(t, passthroughOn, func(c *config.Config) {
+		c.RequirePass = "adminpw"
+		c.Users = []config.User{{Name: "app", Password: "apppw", Commands: []string{"acquire", "redis"}}}
+	})
+	cmds, err := h.backend.Client(t).Do(context.Background(), "COMMAND").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admin [][]any // each as a call: its name, subcommand, an argument
+	var walk func(entries []any)
+	walk = func(entries []any) {
+		for _, e := range entries {
+			c := e.([]any)
+			for _, cat := range c[6].([]any) {
+				if cat == "@admin" {
+					name, sub, _ := strings.Cut(c[0].(string), "|")
+					call := []any{name}
+					if sub != "" {
+						call = append(call, sub)
+					}
+					admin = append(admin, append(call, "x"))
+				}
+			}
+			if len(c) > 9 {
+				walk(c[9].([]any))
+			}
+		}
+	}
+	walk(cmds)
+	if len(admin) < 40 {
+		t.Fatalf("Redis lists %d @admin commands, want the 60 or so of Redis 7", len(admin))
+	}
+	forwarded := func() string { return shardInfo(t, h, "passthrough")["forwarded"] }
+	app := h.Conn(t, func(o *redis.Options) { o.Username, o.Password = "app", "apppw" })
+	app.Do(t, "GET", "k").Nil()
+	before := forwarded()
+	// Each is refused, or answered by rlproxy itself (CONFIG GET, ROLE):
+	// none reaches Redis.
+	for _, call := range admin {
+		app.Do(t, call...)
+	}
+	if after := forwarded(); after != before {
+		t.Errorf("a redis-category user's @admin commands: forwarded went from %s to %s, want none forwarded", before, after)
+	}
+	app.Do(t, "ACL", "SETUSER", "evil", "on").Err("NOPERM User app has no permissions to run the 'acl|setuser' command")
+	app.Do(t, "SAVE").Err("NOPERM User app has no permissions to run the 'save' command")
+	app.Do(t, "ACL", "WHOAMI").Equal("default") // not @admin
+	before = forwarded()
+	h.Do(t, "LASTSAVE").Int() // an admin's goes to Redis
+	if after := forwarded(); after == before {
+		t.Errorf("an admin's LASTSAVE: forwarded stayed at %s", after)
+	}
+}
+
 // TestPassthroughMultiRefusesLimiters: an RL.* command inside MULTI is
 // refused, the transaction stays open and EXEC aborts it.
 func TestPassthroughMultiRefusesLimiters(t *testing.T) {
