@@ -202,7 +202,14 @@ type policies struct {
 	mu      sync.Mutex // one refresh at a time
 	countMu sync.Mutex
 	counts  map[string]*policyCounts // by pattern, for the policies there are
+	lost    atomic.Pointer[func()]   // OnPoliciesLost
 }
+
+// OnPoliciesLost sets f to run (on a goroutine of its own) when the
+// policies' version, read before, is gone from the backend: its node
+// restarted empty, failed over to a replica without it, or was flushed.
+// The proxy then applies its config file's policies again.
+func (l *Limiters) OnPoliciesLost(f func()) { l.policies.lost.Store(&f) }
 
 // governed returns the entry of a name a policy governs (ignoring any
 // config of its own: callers that need to know read it first), or nil.
@@ -359,6 +366,9 @@ func (l *Limiters) RefreshPolicies(ctx context.Context) error {
 	old := l.policies.set.Load()
 	if old != nil && old.version == ver {
 		return nil
+	}
+	if f := l.policies.lost.Load(); ver == "" && old != nil && old.version != "" && f != nil {
+		go (*f)()
 	}
 	h, err := node.HGetAll(ctx, hash)
 	if err != nil {

@@ -55,6 +55,22 @@ func (p *Proxy) retryPolicies(log *slog.Logger) {
 	}
 }
 
+// policiesLost applies the config file's policies again once the
+// backend has lost the policies (OnPoliciesLost): they are the file's
+// to keep in force, as at start.
+func (p *Proxy) policiesLost(log *slog.Logger) {
+	p.reloadMu.Lock()
+	n := len(p.cfg.Policies)
+	p.reloadMu.Unlock()
+	if n == 0 {
+		return
+	}
+	log.Warn("the policies are gone from the backend (restarted empty, failed over, or flushed): applying the config file's again", "policies", n)
+	if err := p.tryPolicies(); err != nil {
+		p.retryPolicies(log)
+	}
+}
+
 func (p *Proxy) tryPolicies() error {
 	p.reloadMu.Lock()
 	defer p.reloadMu.Unlock()

@@ -376,6 +376,31 @@ func TestPolicyConfigFile(t *testing.T) {
 	}
 }
 
+// The backend restarts empty (no persistence): the config file's policies
+// are in force again within a couple of seconds, with no reload; one made
+// with RL.POLICY SET is gone, like an explicit limiter.
+func TestPolicyConfigFileAfterBackendLoss(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(c *config.Config) {
+		c.Policies = []config.Policy{{Pattern: "api:*", Rate: 3, Interval: "1m"}}
+	})
+	h.Do(t, "RL.POLICY", "SET", "made:*", 1, "1m").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", "api:k").Granted(2)
+	h.backend.Restart(t)
+	err := eventually(5*time.Second, func() error {
+		v, err := h.client(t, nil).Do(context.Background(), "RL.POLICY", "LIST").Slice()
+		if err != nil || len(v) != 1 || v[0] != "api:*" {
+			return fmt.Errorf("RL.POLICY LIST = %v %v, want [api:*]", v, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Do(t, "RL.ACQUIRE", "api:k").Granted(2) // fresh: its state went too
+	h.Do(t, "RL.ACQUIRE", "made:k").Err(fmt.Sprintf(noSuch, "made:k"))
+}
+
 // RL.POLICY is admin-only; a user's limiters patterns apply to governed
 // names as to any other.
 func TestPolicyUsers(t *testing.T) {

@@ -108,6 +108,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		closeAll()
 		return nil, err
 	}
+	limiters.OnPoliciesLost(func() { p.policiesLost(log) })
 	if err := p.applyPolicies(ctx, sets); err != nil {
 		log.Warn("policies not read (or applied) yet: the backends cannot be reached; trying again every second", "err", err)
 		go p.retryPolicies(log)
