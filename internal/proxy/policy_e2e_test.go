@@ -401,6 +401,35 @@ func TestPolicyConfigFileAfterBackendLoss(t *testing.T) {
 	h.Do(t, "RL.ACQUIRE", "made:k").Err(fmt.Sprintf(noSuch, "made:k"))
 }
 
+// A backend that lost its data counts policy versions afresh: a change
+// made after it must not look, to proxies that read a version before,
+// like the version they have (both proxies here last read the first).
+func TestPolicyVersionAfterBackendLoss(t *testing.T) {
+	t.Parallel()
+	a := start(t)
+	b := startProxy(t, a.backend, func(c *config.Config) { c.Backends = []string{a.backend.URL()} })
+	a.Do(t, "RL.POLICY", "SET", "v:*", 5, "1h").Equal(int64(1))
+	available := func(h *harness, want int64) error {
+		r, err := h.client(t, nil).Do(context.Background(), "RL.AVAILABLE", "v:1").Result()
+		if err != nil || r != want {
+			return fmt.Errorf("RL.AVAILABLE v:1 = %v %v, want %d", r, err, want)
+		}
+		return nil
+	}
+	for _, h := range []*harness{a, b} {
+		if err := eventually(3*time.Second, func() error { return available(h, 5) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.backend.Restart(t)
+	a.Do(t, "RL.POLICY", "SET", "v:*", 7, "1h").Equal(int64(1))
+	for i, h := range []*harness{a, b} {
+		if err := eventually(3*time.Second, func() error { return available(h, 7) }); err != nil {
+			t.Errorf("proxy %d after the backend restarted empty and the policy was set again: %v", i, err)
+		}
+	}
+}
+
 // RL.POLICY is admin-only; a user's limiters patterns apply to governed
 // names as to any other.
 func TestPolicyUsers(t *testing.T) {

@@ -15,9 +15,23 @@
 -- ARGV[8]  the most policies there may be
 -- Reply: 1 created or changed, 0 left as it was (or not there to delete),
 --        -1 too many policies.
+
+-- Raises the version. A store that has none (new, or it lost its data:
+-- a restart without persistence, a flush) starts it at the server's time
+-- in microseconds, not at 1: a proxy that read a version of the lost
+-- store must not take the new store's for the one it has, and keep its
+-- old policies. Still an integer, so INCR (of older proxies too) works.
+local function bump()
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    local t = redis.call('TIME')
+    redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  redis.call('INCR', KEYS[2])
+end
+
 if ARGV[1] == 'del' then
   local n = redis.call('HDEL', KEYS[1], ARGV[2])
-  if n == 1 then redis.call('INCR', KEYS[2]) end
+  if n == 1 then bump() end
   return n
 end
 local cur = redis.call('HGET', KEYS[1], ARGV[2])
@@ -31,5 +45,5 @@ elseif redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[8]) then
   return -1
 end
 redis.call('HSET', KEYS[1], ARGV[2], epoch .. '\n' .. ARGV[4] .. '\n' .. ARGV[3])
-redis.call('INCR', KEYS[2])
+bump()
 return 1
