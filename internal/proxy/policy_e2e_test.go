@@ -430,6 +430,30 @@ func TestPolicyVersionAfterBackendLoss(t *testing.T) {
 	}
 }
 
+// Past maxmemory (noeviction) Redis refuses a script's first write that
+// may grow memory: a policy's names are refused like explicit limiters,
+// with Redis's OOM error, not written past the limit (an ended
+// generation's UNLINK, written first, let every later write through).
+func TestPolicyRespectsMaxmemory(t *testing.T) {
+	t.Parallel()
+	h := start(t)
+	h.Do(t, "RL.SETRATE", "api", 5, "1s").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "SET", "u:*", 5, "1s").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", "u:0").Granted(4)
+	rdb := h.backend.Client(t)
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"api", "u:0", "u:1"} {
+		h.Do(t, "RL.ACQUIRE", name).ErrContains("OOM command not allowed when used memory > 'maxmemory'")
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.Do(t, "RL.ACQUIRE", "u:1").Granted(4)
+}
+
 // RL.POLICY is admin-only; a user's limiters patterns apply to governed
 // names as to any other.
 func TestPolicyUsers(t *testing.T) {

@@ -298,14 +298,17 @@ local function keep(key, value, us, stored)
 end
 
 -- Writes what keep() and drop() left pending: the end of every script.
+-- The HSETs come first: past maxmemory Redis refuses a script's first
+-- write that may grow memory, but not the writes after another one (an
+-- UNLINK first would let a call write past maxmemory).
 local function flush()
   if not gens then return end
-  if next(sets) then
-    redis.call('UNLINK', hash_prefix .. ':' .. (gen - 1))
-  end
   for i, l in pairs(sets) do
     redis.call('HSET', gens[i], unpack(l))
     redis.call('PEXPIREAT', gens[i], (gen + i + 1) * gen_ms)
+  end
+  if next(sets) then
+    redis.call('UNLINK', hash_prefix .. ':' .. (gen - 1))
   end
   for i, l in pairs(dels) do
     redis.call('HDEL', gens[i], unpack(l))
