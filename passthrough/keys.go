@@ -129,7 +129,13 @@ type SortPattern struct {
 // SortPatterns returns the options of a SORT or SORT_RO call that read
 // keys by pattern, as Redis parses them.
 func SortPatterns(args []string) []SortPattern {
-	if name := strings.ToUpper(args[0]); name != "SORT" && name != "SORT_RO" {
+	return sortPatterns(strings.ToUpper(args[0]), args)
+}
+
+// sortPatterns is SortPatterns for a call whose upper-case name the
+// caller has already.
+func sortPatterns(name string, args []string) []SortPattern {
+	if name != "SORT" && name != "SORT_RO" {
 		return nil
 	}
 	var out []SortPattern

@@ -119,7 +119,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			reply(i, noPermFrame)
 			continue
 		}
-		if p, ok := s.sortReachesOwn(args); ok {
+		if p, ok := s.sortReachesOwn(name, args); ok {
 			reply(i, errorFrame("ERR "+p.Denied()))
 			continue
 		}
@@ -429,14 +429,14 @@ func (s *Session) pinBroken(c *conn, answered bool) {
 	s.kill()
 }
 
-// ownKey reports whether a command names one of rlproxy's own keys.
-// sortReachesOwn returns an option of a SORT call whose pattern may form
-// one of rlproxy's keys (from an element such as "rl:{api:0}:c").
-func (s *Session) sortReachesOwn(args []string) (SortPattern, bool) {
+// sortReachesOwn returns an option of a SORT call (name: its upper-case
+// name) whose pattern may form one of rlproxy's keys (from an element
+// such as "rl:{api:0}:c").
+func (s *Session) sortReachesOwn(name string, args []string) (SortPattern, bool) {
 	if s.g.o.KeyPrefix == "" {
 		return SortPattern{}, false
 	}
-	for _, p := range SortPatterns(args) {
+	for _, p := range sortPatterns(name, args) {
 		if p.mayReach(s.g.o.KeyPrefix) {
 			return p, true
 		}
@@ -444,6 +444,7 @@ func (s *Session) sortReachesOwn(args []string) (SortPattern, bool) {
 	return SortPattern{}, false
 }
 
+// ownKey reports whether a command names one of rlproxy's own keys.
 func (s *Session) ownKey(args []string) bool {
 	for _, k := range Keys(args) {
 		if strings.HasPrefix(k, s.g.o.KeyPrefix) {

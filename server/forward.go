@@ -149,7 +149,7 @@ func (s *Server) forwardable(c *client, args []string) error {
 // admins may run. FLUSHALL, FLUSHDB and SWAPDB would erase every limit;
 // the rest are Redis's @admin commands — its users (ACL SETUSER could
 // lock rlproxy out of Redis), persistence, modules and diagnostics — as
-// Redis 7.0's COMMAND lists them (TestAdminOnlyAsRedis). Those rlproxy
+// Redis 7.0's COMMAND lists them (TestPassthroughAdminCommands). Those rlproxy
 // answers itself or refuses (CONFIG, CLIENT, MONITOR, ...) are listed too,
 // so the table is Redis's whole set.
 var adminOnly = map[string]bool{
