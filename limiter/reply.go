@@ -66,7 +66,7 @@ const (
 	// the debt is paid back before later acquires are granted.
 	OpCharge Op = "charge"
 	// OpClear deletes the state of a name a policy governs; its reply
-	// is the number of state keys that had any (Cleared).
+	// is the number of state keys that had any (Reply.Count).
 	OpClear Op = "clear"
 )
 
