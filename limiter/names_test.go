@@ -207,20 +207,43 @@ func TestPolicyStateInHashes(t *testing.T) {
 		t.Errorf("a short state is a key of its own")
 	}
 	// A generation that ended is unlinked by the next call that writes
-	// (it would expire only a generation later).
-	idle := r.open(t, "idle", limiter.TokenBucket, "e1")
-	take(idle, conf)
-	gens, _ := r.rdb.Keys(t.Context(), "rl:{policies}:s:e1.101:[0-9]*").Result()
-	var old string
-	for _, g := range gens {
-		if ok, _ := r.rdb.HExists(t.Context(), g, idle.state()[0]).Result(); ok {
-			old = g
+	// (it would expire only a generation later): a fresh name's grant,
+	// made once Redis's clock is past the end of idle's generation and
+	// before the next one's, when expiry would remove it anyway (then the
+	// check is tried again: a slow machine).
+	redisMs := func() int64 { return r.rdb.Time(t.Context()).Val().UnixMilli() }
+	checked := false
+	for attempt := 0; attempt < 5 && !checked; attempt++ {
+		idle := r.open(t, fmt.Sprint("idle", attempt), limiter.TokenBucket, "e1")
+		take(idle, conf)
+		gens, _ := r.rdb.Keys(t.Context(), "rl:{policies}:s:e1.101:[0-9]*").Result()
+		var old string
+		var n int64
+		for _, g := range gens {
+			if ok, _ := r.rdb.HExists(t.Context(), g, idle.state()[0]).Result(); ok {
+				old = g
+				fmt.Sscanf(g, "rl:{policies}:s:e1.101:%d", &n)
+			}
+		}
+		if old == "" {
+			t.Fatal("idle's state is in no generation hash")
+		}
+		for redisMs() <= n*101 { // generation n ends at n × 101 ms
+			time.Sleep(5 * time.Millisecond)
+		}
+		if !take(r.open(t, fmt.Sprint("writer", attempt), limiter.TokenBucket, "e1"), conf) {
+			t.Fatal("a fresh name was denied")
+		}
+		if redisMs() >= (n+1)*101 {
+			continue // generation n+1 ended too: expiry may have removed n
+		}
+		checked = true
+		if ex, _ := r.rdb.Exists(t.Context(), old).Result(); ex != 0 {
+			t.Errorf("generation %q (idle's) ended but is still there after a write", old)
 		}
 	}
-	time.Sleep(140 * time.Millisecond) // past the end of idle's generation
-	take(hashed, conf)
-	if n, _ := r.rdb.Exists(t.Context(), old).Result(); old == "" || n != 0 {
-		t.Errorf("generation %q (idle's) ended but is still there", old)
+	if !checked {
+		t.Error("no call came within the generation after idle's in 5 tries")
 	}
 
 	// Charging 40 permits to a bucket of 10 leaves 40-50 in use, 400-500
