@@ -114,3 +114,19 @@ func (n *Node) reloadOnFailure(err error) {
 		n.reload()
 	}
 }
+
+// MasterOf names the master that serves key's slot in the cluster
+// client's current slot map: calls for keys of one master can share a
+// script call (a cross-slot one). "" for a standalone node (one place),
+// or when the map is not known.
+func (n *Node) MasterOf(ctx context.Context, key string) string {
+	c, ok := n.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	m, err := c.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
+}

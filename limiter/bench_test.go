@@ -136,7 +136,7 @@ func BenchmarkNamesRedisCPU(b *testing.B) {
 		{"hashes", "#rl:{policies}:s:e1.1001 1001 e1 1000000000 1000 1000000000"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			script := scripts.Names(limiter.Config{Algo: limiter.TokenBucket})
+			script := scripts.Names(limiter.Config{Algo: limiter.TokenBucket}, false)
 			cpu := func() float64 {
 				var total float64
 				for _, line := range strings.Split(rdb.Info(b.Context(), "cpu").Val(), "\r\n") {
@@ -161,7 +161,7 @@ func BenchmarkNamesRedisCPU(b *testing.B) {
 			before := cpu()
 			b.ResetTimer()
 			for i := range b.N {
-				k, args := limiter.NamesArgs(c.conf, calls[i%len(calls)])
+				k, args := limiter.NamesArgs(c.conf, calls[i%len(calls)], false)
 				if err := script.Run(b.Context(), rdb, k, args...).Err(); err != nil {
 					b.Fatal(err)
 				}

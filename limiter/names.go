@@ -10,11 +10,26 @@ type NameAsks struct {
 }
 
 // NamesArgs builds the KEYS and ARGV of a names call: conf is a policy's
-// config (ARGV[2], see prelude.lua); every name has as many keys.
-func NamesArgs(conf string, names []NameAsks) (keys []string, args []any) {
-	args = []any{string(OpAcquire), conf, len(names[0].Keys)}
-	for _, n := range names {
+// config (ARGV[2], see prelude.lua); every name has as many keys. On a
+// Redis Cluster (crossSlot) only the first name's keys are KEYS, the
+// others go in ARGV: a call may declare the keys of one slot only.
+func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, args []any) {
+	args = []any{string(OpAcquire), conf, len(names[0].Keys), 0}
+	keys = names[0].Keys
+	if len(names) > 1 {
+		keys = append([]string(nil), keys...)
+	}
+	for _, n := range names[1:] {
+		if crossSlot {
+			for _, k := range n.Keys {
+				args = append(args, k)
+			}
+			continue
+		}
 		keys = append(keys, n.Keys...)
+	}
+	args[3] = len(args) - 4
+	for _, n := range names {
 		if single(n.Asks) {
 			args = append(args, -n.Asks[0].Permits)
 			continue

@@ -15,19 +15,22 @@ import (
 // Names start at different levels; twins (m:*) are decided one by one.
 // An explicit limiter among them (its own config key) is left alone.
 // Both ways a policy's names keep string state are checked: keys, and
-// fields of the policy's generation hashes ('#', prelude.lua).
+// fields of the policy's generation hashes ('#', prelude.lua); and keys
+// as a Redis Cluster's names call tells them (in ARGV, each name read
+// alone: the "cluster" mode).
 func TestNamesDecideEachNameAsAlone(t *testing.T) {
 	r := newRig(t)
 	confs := map[string]string{ // a policy's 10 per hour, burst 10
-		"keys":   "=e1 10 3600000 10",
-		"hashes": "#rl:{policies}:s:e1.7200001 7200001 e1 10 3600000 10", // generations as long as two windows
+		"keys":    "=e1 10 3600000 10",
+		"cluster": "=e1 10 3600000 10",
+		"hashes":  "#rl:{policies}:s:e1.7200001 7200001 e1 10 3600000 10", // generations as long as two windows
 	}
 	for _, algo := range limiter.Algos {
-		script := r.scripts.Names(limiter.Config{Algo: algo})
-		if script == nil {
-			continue
-		}
 		for mode, conf := range confs {
+			script := r.scripts.Names(limiter.Config{Algo: algo}, mode == "cluster")
+			if script == nil {
+				continue
+			}
 			if mode == "hashes" && !algo.StringState() {
 				continue
 			}
@@ -55,7 +58,7 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 				names = append(names[:4], append([]limiter.NameAsks{{Keys: x.keys(), Asks: asks}}, names[4:]...)...)
 				before := r.state(t, x.keys()[1])
 
-				reps := r.names(t, script, conf, names)
+				reps := r.names(t, script, conf, names, mode == "cluster")
 				if mode == "hashes" {
 					for _, n := range names {
 						if ex, _ := r.rdb.Exists(t.Context(), n.Keys[1]).Result(); ex != 0 || r.state(t, n.Keys[1]) == "" && n.Keys[0] != x.keys()[0] {
@@ -81,7 +84,7 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 					next = append(next, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(p)}})
 				}
 				next = append(next, limiter.NameAsks{Keys: x.keys(), Asks: []limiter.Ask{ask(1)}}) // explicit, last
-				reps = r.names(t, script, conf, next)
+				reps = r.names(t, script, conf, next, mode == "cluster")
 				if st := reps[len(twins)].Status; st != limiter.StatusEpochChange {
 					t.Errorf("explicit name, single ask: status %d, want %d", st, limiter.StatusEpochChange)
 				}
@@ -126,9 +129,10 @@ func sameAsAlone(t *testing.T, reps []limiter.Reply, twins []*lim, conf string, 
 }
 
 // names runs a names call of script and decodes its reply.
-func (r *rig) names(t *testing.T, script *redis.Script, conf string, names []limiter.NameAsks) []limiter.Reply {
+// crossSlot tells the other names' keys in ARGV, as on a Redis Cluster.
+func (r *rig) names(t *testing.T, script *redis.Script, conf string, names []limiter.NameAsks, crossSlot bool) []limiter.Reply {
 	t.Helper()
-	keys, args := limiter.NamesArgs(conf, names)
+	keys, args := limiter.NamesArgs(conf, names, crossSlot)
 	v, err := script.Run(t.Context(), r.rdb, keys, args...).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -301,14 +305,15 @@ func TestPolicyStateLongGenerations(t *testing.T) {
 func TestNamesMultiLimit(t *testing.T) {
 	r := newRig(t)
 	confs := map[string]string{
-		"keys":   "=e1 10 3600000 10 3:60000",
-		"hashes": "#rl:{policies}:s:e1.7200001 7200001 e1 10 3600000 10 3:60000",
+		"keys":    "=e1 10 3600000 10 3:60000",
+		"cluster": "=e1 10 3600000 10 3:60000",
+		"hashes":  "#rl:{policies}:s:e1.7200001 7200001 e1 10 3600000 10 3:60000",
 	}
 	for _, algo := range []limiter.Algo{limiter.TokenBucket, limiter.FixedWindow, limiter.SlidingWindow} {
 		c := multi(limiter.Config{Algo: algo, Rate: 10, Interval: time.Hour, Burst: 10, Shards: 1, Mode: limiter.Overall},
 			limiter.Limit{Rate: 3, Interval: time.Minute})
-		script := r.scripts.Names(c)
 		for mode, conf := range confs {
+			script := r.scripts.Names(c, mode == "cluster")
 			t.Run(string(algo)+"/"+mode, func(t *testing.T) {
 				open := func(name string) *lim {
 					l := r.open(t, "multi"+mode+string(algo)+name, algo, "e1")
@@ -328,7 +333,7 @@ func TestNamesMultiLimit(t *testing.T) {
 					names = append(names, limiter.NameAsks{Keys: n.keys(), Asks: asks})
 					twins = append(twins, tw)
 				}
-				reps := r.names(t, script, conf, names)
+				reps := r.names(t, script, conf, names, mode == "cluster")
 				granted := sameAsAlone(t, reps, twins, conf, asks)
 				// 3 per minute decides: the names that had used 0, 1, 2 and 3
 				// are granted 1, 1 and the last 1 (not 2); 1, 1; 1; nothing.

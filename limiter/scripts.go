@@ -24,8 +24,9 @@ type Scripts struct {
 	// multi are the multi-limit variants (see For).
 	multi map[Algo]*redis.Script
 	// names decide many names a policy governs in one call (see Names),
-	// namesMulti those of a policy of several limits.
-	names, namesMulti map[Algo]*redis.Script
+	// namesMulti those of a policy of several limits; crossNames and
+	// crossNamesMulti are the same for a Redis Cluster.
+	names, namesMulti, crossNames, crossNamesMulti map[Algo]*redis.Script
 	// SetConf creates or replaces the config of one sub-limiter (setconf.lua).
 	SetConf *redis.Script
 	// Reset moves a sub-limiter to a new epoch: fresh state (reset.lua).
@@ -41,14 +42,16 @@ type Scripts struct {
 func NewScripts() *Scripts {
 	prelude, epilogue := lua("prelude.lua"), lua("epilogue.lua")
 	s := &Scripts{
-		acquire:    map[Algo]*redis.Script{},
-		multi:      map[Algo]*redis.Script{},
-		names:      map[Algo]*redis.Script{},
-		namesMulti: map[Algo]*redis.Script{},
-		SetConf:    redis.NewScript(lua("setconf.lua")),
-		Reset:      redis.NewScript(lua("reset.lua")),
-		Cell:       redis.NewScript(lua("cell.lua")),
-		Policy:     redis.NewScript(lua("policy.lua")),
+		acquire:         map[Algo]*redis.Script{},
+		multi:           map[Algo]*redis.Script{},
+		names:           map[Algo]*redis.Script{},
+		namesMulti:      map[Algo]*redis.Script{},
+		crossNames:      map[Algo]*redis.Script{},
+		crossNamesMulti: map[Algo]*redis.Script{},
+		SetConf:         redis.NewScript(lua("setconf.lua")),
+		Reset:           redis.NewScript(lua("reset.lua")),
+		Cell:            redis.NewScript(lua("cell.lua")),
+		Policy:          redis.NewScript(lua("policy.lua")),
 	}
 	files := map[Algo]string{
 		TokenBucket:   "token_bucket.lua",
@@ -69,14 +72,22 @@ func NewScripts() *Scripts {
 		// enforce only the first.
 		s.acquire[algo] = redis.NewScript(prelude + oneLimit + body + epilogue)
 		s.multi[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("multi.lua") + multiKeys + epilogue)
-		s.names[algo] = redis.NewScript(prelude + wrapLimit(body) + "local new_multi\n" + lua("names.lua"))
-		s.namesMulti[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("multi.lua") + lua("names.lua"))
+		names := prelude + wrapLimit(body) + "local new_multi\n" + lua("names.lua")
+		namesMulti := prelude + wrapLimit(body) + lua("multi.lua") + lua("names.lua")
+		s.names[algo], s.namesMulti[algo] = redis.NewScript(names), redis.NewScript(namesMulti)
+		s.crossNames[algo], s.crossNamesMulti[algo] = redis.NewScript(crossSlot+names), redis.NewScript(crossSlot+namesMulti)
 	}
 	// The semaphore has ops of its own (no epilogue); it answers peek as
 	// the others do, so RL.AVAILABLE reads it the same way.
 	s.acquire[Concurrency] = redis.NewScript(prelude + lua("concurrency.lua"))
 	return s
 }
+
+// crossSlot lets a names call on a Redis Cluster touch the keys of every
+// slot of the node it runs on, not only the declared keys' slot (Redis 7;
+// a node that does not serve a key still refuses it). Only clusters get
+// these scripts: Redis 6 cannot compile the flag line.
+const crossSlot = "#!lua flags=allow-cross-slot-keys\n"
 
 // oneLimit guards the one-limit script of an algorithm that may have
 // several limits (conf[6]: sub_limits, set only when there are several).
@@ -116,7 +127,8 @@ func (s *Scripts) Limiter(algo Algo) *redis.Script {
 	return s.acquire[algo]
 }
 
-// All lists every script, for loading them onto a node ahead of use.
+// All lists every script, for loading them onto a node ahead of use
+// (not the Redis Cluster ones, which a cluster loads at first use).
 func (s *Scripts) All() []*redis.Script {
 	all := []*redis.Script{s.SetConf, s.Reset, s.Cell, s.Policy}
 	for _, a := range Algos {
@@ -131,9 +143,16 @@ func (s *Scripts) All() []*redis.Script {
 
 // Names returns the script that decides acquires for many names of one
 // policy of config c on one node in one call (names.lua: one shard, no
-// waiting), or nil for an algorithm without one.
-func (s *Scripts) Names(c Config) *redis.Script {
-	if len(c.Limits.List()) > 0 {
+// waiting), or nil for an algorithm without one. crossSlot picks the
+// Redis Cluster's (see NamesArgs).
+func (s *Scripts) Names(c Config, crossSlot bool) *redis.Script {
+	multi := len(c.Limits.List()) > 0
+	switch {
+	case crossSlot && multi:
+		return s.crossNamesMulti[c.Algo]
+	case crossSlot:
+		return s.crossNames[c.Algo]
+	case multi:
 		return s.namesMulti[c.Algo]
 	}
 	return s.names[c.Algo]

@@ -53,13 +53,15 @@ type Limiters struct {
 	policies policies
 	batches  coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
 	names    coalesce.Coalescer[nameAsk, answer]     // per node and policy (names.go)
-	cluster  bool                                    // on a Redis Cluster: no names calls
-	denials  denyCache
-	queues   queues
-	sleepers sleepers // waiters asleep, per limiter (Wake)
-	changes  changes  // told of changes (OnChange)
-	waiters  Waiters  // RL.ACQUIRE's (MaxWaiters)
-	stats    counters
+	cluster  bool                                    // on a Redis Cluster: names calls by master (names.go)
+	// noCrossSlot: the cluster cannot run names calls (Redis 6)
+	noCrossSlot atomic.Bool
+	denials     denyCache
+	queues      queues
+	sleepers    sleepers // waiters asleep, per limiter (Wake)
+	changes     changes  // told of changes (OnChange)
+	waiters     Waiters  // RL.ACQUIRE's (MaxWaiters)
+	stats       counters
 
 	closing   chan struct{} // closed by Close: the watches of follow end
 	closeOnce sync.Once

@@ -12,10 +12,14 @@ import (
 // Requests for different names of one policy on one node are decided by
 // one script call (names.lua), the way concurrent requests for one
 // sub-limiter are: they are coalesced by node and policy, not by name.
-// Only for what the names script serves: one shard, no waiting, and
-// standalone nodes (in a Redis Cluster a script may touch one slot only,
-// and each name has its own). In PER_CLIENT mode each client's budget of
-// a name is a name of its own here (its state keys carry the client).
+// Only for what the names script serves: one shard, no waiting. On a
+// Redis Cluster, by the master that serves each name's slot: a script
+// declares the first name's keys and is told the others' (each name has a
+// slot of its own), running with allow-cross-slot-keys (Redis 7). A name
+// whose slot moved meanwhile is refused by that master before anything is
+// written and goes the full path, which follows MOVED/ASK. In PER_CLIENT
+// mode each client's budget of a name is a name of its own here (its
+// state keys carry the client).
 
 // nameAsk is one request's part of a names call.
 type nameAsk struct {
@@ -26,24 +30,28 @@ type nameAsk struct {
 // namesCall returns the call that decides r on e's shard 0 together with
 // other names of e's policy, or false when the names script cannot.
 func (l *Limiters) namesCall(e *entry, r Request, rt *route) (coalesce.Call[nameAsk, answer], bool) {
-	if e.policy == nil || e.Shards != 1 || r.MaxWait != 0 || l.cluster {
+	if e.policy == nil || e.Shards != 1 || r.MaxWait != 0 || (l.cluster && l.noCrossSlot.Load()) {
 		return coalesce.Call[nameAsk, answer]{}, false
 	}
-	script := l.scripts.Names(e.Config)
+	script := l.scripts.Names(e.Config, l.cluster)
 	if script == nil {
 		return coalesce.Call[nameAsk, answer]{}, false
 	}
 	conf := e.confArg(0)
+	key := rt.node.Name() + "\x00names\x00" + conf
+	if l.cluster {
+		key += "\x00" + rt.node.MasterOf(context.Background(), rt.keys[0])
+	}
 	return coalesce.Call[nameAsk, answer]{
-		Key:  rt.node.Name() + "\x00names\x00" + conf,
+		Key:  key,
 		Item: nameAsk{keys: rt.keys, ask: limiter.Ask{Permits: r.Permits}},
-		Run:  runNames(rt.node, script, conf),
+		Run:  l.runNames(rt.node, script, conf),
 	}, true
 }
 
 // runNames decides a batch of asks for names of one policy on one node:
 // each name's asks in arrival order, in one script call.
-func runNames(node *backend.Node, script *redis.Script, conf string) coalesce.RunFunc[nameAsk, answer] {
+func (l *Limiters) runNames(node *backend.Node, script *redis.Script, conf string) coalesce.RunFunc[nameAsk, answer] {
 	return func(ctx context.Context, items []nameAsk) ([]answer, error) {
 		var names []limiter.NameAsks
 		var at [][]int            // per name, the items it holds
@@ -59,9 +67,13 @@ func runNames(node *backend.Node, script *redis.Script, conf string) coalesce.Ru
 			names[n].Asks = append(names[n].Asks, it.ask)
 			at[n] = append(at[n], i)
 		}
-		keys, args := limiter.NamesArgs(conf, names)
+		keys, args := limiter.NamesArgs(conf, names, l.cluster)
 		v, err := node.Eval(ctx, script, keys, args...)
 		if err != nil {
+			if l.cluster && redis.HasErrorPrefix(err, "ERR Error compiling script") {
+				// Redis 6 has no script flags: one script call per name.
+				l.noCrossSlot.Store(true)
+			}
 			return nil, err
 		}
 		reps, err := limiter.DecodeNames(v, names)
