@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/internal/redistest"
 	"github.com/rlproxy/rlproxy/limiter"
 )
 
@@ -342,5 +343,66 @@ func TestNamesMultiLimit(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// On a Redis Cluster a names call runs on one master, the first name's
+// keys declared and the others' told in ARGV: the names of that master's
+// slots are decided, and one whose slot another master serves (the
+// caller's slot map is old) is left to the caller (2), with nothing
+// written for it: Redis refuses its read before the script writes.
+func TestNamesOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	cc := cluster.Client(t)
+	ctx := t.Context()
+	keys := limiter.Keys{Prefix: "t:"}
+	master := func(name string) *redis.Client {
+		m, err := cc.MasterForKey(ctx, keys.Script(limiter.TokenBucket, name, 0, "e1", "")[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	here := master("n:0")
+	var names []limiter.NameAsks // two of here's, one of another master's, one of here's
+	var away string
+	for i := 1; len(names) < 3 || away == ""; i++ {
+		name := fmt.Sprintf("n:%d", i)
+		other := master(name).Options().Addr != here.Options().Addr
+		if other && away == "" {
+			away = name
+		} else if !other && len(names) < 3 {
+			names = append(names, limiter.NameAsks{Keys: keys.Script(limiter.TokenBucket, name, 0, "e1", ""), Asks: []limiter.Ask{ask(1)}})
+		}
+	}
+	awayKeys := keys.Script(limiter.TokenBucket, away, 0, "e1", "")
+	names = append(names[:2], limiter.NameAsks{Keys: awayKeys, Asks: []limiter.Ask{ask(1), ask(1)}}, names[2])
+
+	script := limiter.NewScripts().Names(limiter.Config{Algo: limiter.TokenBucket}, true)
+	k, args := limiter.NamesArgs("=e1 10 3600000 10", names, true)
+	v, err := script.Run(ctx, here, k, args...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps, err := limiter.DecodeNames(v, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, rep := range reps {
+		if i == 2 {
+			if rep.Status != limiter.StatusEpochChange {
+				t.Errorf("%s, another master's: status %d, want %d (left to the caller)", away, rep.Status, limiter.StatusEpochChange)
+			}
+			continue
+		}
+		if rep.Status != limiter.StatusOK || !rep.Results[0].Granted || rep.Results[0].Remaining != 9 {
+			t.Errorf("name %d: %+v, want granted with 9 left", i, rep)
+		}
+		if n, err := cc.Exists(ctx, names[i].Keys[1]).Result(); err != nil || n != 1 {
+			t.Errorf("name %d: its state %s exists %d (%v), want kept", i, names[i].Keys[1], n, err)
+		}
+	}
+	if n, err := cc.Exists(ctx, awayKeys[1]).Result(); err != nil || n != 0 {
+		t.Errorf("%s: its state exists %d (%v), want nothing written", away, n, err)
 	}
 }
