@@ -8,10 +8,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/rlproxy/rlproxy/internal/keyslot"
 	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
@@ -32,6 +34,9 @@ type loadConfig struct {
 	Burst     int64 // 0: Rate
 	Shards    int   // rlproxy: SHARDS of each limiter (0: the proxy's default)
 	Setup     bool  // create the limiters (RL.SETRATE / SCRIPT LOAD) first
+	// Cluster: Addr is a node of a Redis Cluster (direct mode); each
+	// request goes to the master of its key's slot.
+	Cluster bool
 	// Ping sends PING instead of the limiter command: the throughput the
 	// server's connection handling allows when a request costs no work.
 	Ping     bool
@@ -113,21 +118,26 @@ func run(ctx context.Context, cfg loadConfig, s *sampler) (Result, error) {
 	if cfg.Burst == 0 {
 		cfg.Burst = cfg.Rate
 	}
-	cmds, err := prepare(cfg)
+	t, err := prepare(cfg)
 	if err != nil {
 		return Result{}, err
 	}
-	conns := make([]net.Conn, cfg.Conns)
+	conns := make([][]net.Conn, cfg.Conns) // per worker, one per server
 	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
+		for _, cs := range conns {
+			for _, c := range cs {
+				if c != nil {
+					c.Close()
+				}
 			}
 		}
 	}()
 	for i := range conns {
-		if conns[i], err = net.DialTimeout("tcp", cfg.Addr, 5*time.Second); err != nil {
-			return Result{}, fmt.Errorf("connection %d to %s: %w", i+1, cfg.Addr, err)
+		conns[i] = make([]net.Conn, len(t.addrs))
+		for n, addr := range t.addrs {
+			if conns[i][n], err = net.DialTimeout("tcp", addr, 5*time.Second); err != nil {
+				return Result{}, fmt.Errorf("connection %d to %s: %w", i+1, addr, err)
+			}
 		}
 	}
 
@@ -139,7 +149,7 @@ func run(ctx context.Context, cfg loadConfig, s *sampler) (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			workers[i].drive(ctx, conns[i], cmds, cfg.Pipeline, uint64(i), from, until)
+			workers[i].drive(ctx, conns[i], t, cfg.Pipeline, uint64(i), from, until)
 		}()
 	}
 	var before, after snapshot
@@ -240,94 +250,149 @@ func sleepUntil(ctx context.Context, t time.Time) {
 	}
 }
 
-// drive sends batches of pipeline requests on one connection until
-// until, counting the batches that start at or after from.
-func (w *worker) drive(ctx context.Context, conn net.Conn, cmds [][]byte, pipeline int, seed uint64, from, until time.Time) {
+// drive sends batches of pipeline requests on one connection per server
+// until until, counting the batches that start at or after from. On a
+// cluster a batch's requests are split by server, each part written at
+// once; a request's latency runs from the batch's first write.
+func (w *worker) drive(ctx context.Context, conns []net.Conn, t target, pipeline int, seed uint64, from, until time.Time) {
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
-	rr := replyReader{r: bufio.NewReaderSize(conn, 64<<10)}
-	var buf []byte
+	rrs := make([]replyReader, len(conns))
+	for n, c := range conns {
+		rrs[n] = replyReader{r: bufio.NewReaderSize(c, 64<<10)}
+	}
+	bufs := make([][]byte, len(conns))
+	counts := make([]int, len(conns))
 	for ctx.Err() == nil {
 		sent := time.Now()
 		if !sent.Before(until) {
 			return
 		}
 		counted := !sent.Before(from)
-		buf = buf[:0]
+		for n := range bufs {
+			bufs[n], counts[n] = bufs[n][:0], 0
+		}
 		for range pipeline {
-			if len(cmds) == 1 {
-				buf = append(buf, cmds[0]...)
-			} else {
-				buf = append(buf, cmds[rng.IntN(len(cmds))]...)
+			i := 0
+			if len(t.cmds) > 1 {
+				i = rng.IntN(len(t.cmds))
 			}
+			n := t.server(i)
+			bufs[n] = append(bufs[n], t.cmds[i]...)
+			counts[n]++
 		}
-		if err := conn.SetDeadline(sent.Add(30 * time.Second)); err != nil {
-			w.err = err
-			return
-		}
-		if _, err := conn.Write(buf); err != nil {
-			w.err = err
-			return
-		}
-		for range pipeline {
-			outcome, err := rr.decision()
-			if err != nil {
+		for n, c := range conns {
+			if counts[n] == 0 {
+				continue
+			}
+			if err := c.SetDeadline(sent.Add(30 * time.Second)); err != nil {
 				w.err = err
 				return
 			}
-			if !counted {
-				continue
+			if _, err := c.Write(bufs[n]); err != nil {
+				w.err = err
+				return
 			}
-			now := time.Now()
-			w.lat.add(now.Sub(sent))
-			w.last = now
-			w.requests++
-			switch outcome {
-			case granted:
-				w.granted++
-			case denied:
-				w.denied++
-			default:
-				w.errors++
-				if w.firstErr == "" {
-					w.firstErr = rr.lastError
-					if w.firstErr == "" {
-						w.firstErr = "unexpected reply (send one request with redis-cli to see it)"
-					}
+		}
+		for n := range conns {
+			for range counts[n] {
+				if !w.read(&rrs[n], counted, sent) {
+					return
 				}
 			}
 		}
 	}
 }
 
-// prepare creates the limiters on the server and returns the encoded
-// request for each key.
-func prepare(cfg loadConfig) ([][]byte, error) {
+// read reads one reply and counts it when counted; false on a broken
+// connection (w.err says why).
+func (w *worker) read(rr *replyReader, counted bool, sent time.Time) bool {
+	outcome, err := rr.decision()
+	if err != nil {
+		w.err = err
+		return false
+	}
+	if !counted {
+		return true
+	}
+	now := time.Now()
+	w.lat.add(now.Sub(sent))
+	w.last = now
+	w.requests++
+	switch outcome {
+	case granted:
+		w.granted++
+	case denied:
+		w.denied++
+	default:
+		w.errors++
+		if w.firstErr == "" {
+			w.firstErr = rr.lastError
+			if w.firstErr == "" {
+				w.firstErr = "unexpected reply (send one request with redis-cli to see it)"
+			}
+		}
+	}
+	return true
+}
+
+// target is where a run's requests go: the encoded request for each key,
+// and the servers (one, or a cluster's masters) with the one of each key.
+type target struct {
+	cmds   [][]byte
+	addrs  []string
+	nodeOf []int // per key, its server in addrs (nil: addrs[0])
+}
+
+func (t target) server(i int) int {
+	if t.nodeOf == nil {
+		return 0
+	}
+	return t.nodeOf[i]
+}
+
+// prepare creates the limiters on the server(s) and returns the target.
+func prepare(cfg loadConfig) (target, error) {
+	t := target{addrs: []string{cfg.Addr}}
 	if cfg.Ping {
-		return [][]byte{resp.AppendCommand(nil, "PING")}, nil
+		t.cmds = [][]byte{resp.AppendCommand(nil, "PING")}
+		return t, nil
 	}
 	c, err := dialStat(cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", cfg.Addr, err)
+		return t, fmt.Errorf("connect to %s: %w", cfg.Addr, err)
 	}
 	defer c.c.Close()
 	if err := c.c.SetDeadline(time.Now().Add(60 * time.Second)); err != nil {
-		return nil, err
+		return t, err
 	}
 	key := func(i int) string { return cfg.KeyPrefix + strconv.Itoa(i) }
-	cmds := make([][]byte, cfg.Keys)
+	t.cmds = make([][]byte, cfg.Keys)
 	switch cfg.Mode {
 	case "direct":
-		v, err := call(c, "SCRIPT", "LOAD", gcraScript)
-		if err != nil {
-			return nil, fmt.Errorf("SCRIPT LOAD on %s: %w", cfg.Addr, err)
+		var bySlot []int
+		if cfg.Cluster {
+			if t.addrs, bySlot, err = clusterSlots(c); err != nil {
+				return t, err
+			}
 		}
-		sha, _ := v.(string)
+		var sha string
+		for _, addr := range t.addrs {
+			if sha, err = loadScript(addr, gcraScript); err != nil {
+				return t, err
+			}
+		}
 		burst, rate := strconv.FormatInt(cfg.Burst, 10), strconv.FormatInt(cfg.Rate, 10)
 		period := strconv.FormatInt(cfg.Interval.Milliseconds(), 10)
-		for i := range cmds {
-			cmds[i] = resp.AppendCommand(nil, "EVALSHA", sha, "1", key(i), burst, rate, period, "1")
+		for i := range t.cmds {
+			t.cmds[i] = resp.AppendCommand(nil, "EVALSHA", sha, "1", key(i), burst, rate, period, "1")
+			if bySlot != nil {
+				t.nodeOf = append(t.nodeOf, bySlot[keyslot.Of(key(i))])
+			}
 		}
 	case "rlproxy":
+		if cfg.Cluster {
+			return t, fmt.Errorf("--cluster is for direct mode: rlproxy routes by slot itself")
+		}
 		setrate := func(i int) []string {
 			args := []string{"RL.SETRATE", key(i), strconv.FormatInt(cfg.Rate, 10),
 				strconv.FormatInt(cfg.Interval.Milliseconds(), 10)}
@@ -341,16 +406,74 @@ func prepare(cfg loadConfig) ([][]byte, error) {
 		}
 		if cfg.Setup {
 			if err := pipelined(c, cfg.Keys, setrate); err != nil {
-				return nil, err
+				return t, err
 			}
 		}
-		for i := range cmds {
-			cmds[i] = resp.AppendCommand(nil, "RL.ACQUIRE", key(i))
+		for i := range t.cmds {
+			t.cmds[i] = resp.AppendCommand(nil, "RL.ACQUIRE", key(i))
 		}
 	default:
-		return nil, fmt.Errorf("unknown mode %q (want rlproxy or direct)", cfg.Mode)
+		return t, fmt.Errorf("unknown mode %q (want rlproxy or direct)", cfg.Mode)
 	}
-	return cmds, nil
+	return t, nil
+}
+
+// loadScript loads a script on the server at addr and returns its SHA.
+func loadScript(addr, script string) (string, error) {
+	c, err := dialStat(addr)
+	if err != nil {
+		return "", fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	defer c.c.Close()
+	if err := c.c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return "", err
+	}
+	v, err := call(c, "SCRIPT", "LOAD", script)
+	if err != nil {
+		return "", fmt.Errorf("SCRIPT LOAD on %s: %w", addr, err)
+	}
+	sha, _ := v.(string)
+	return sha, nil
+}
+
+// clusterSlots reads a cluster's masters (CLUSTER SLOTS) and the one
+// serving each slot (an index in masters).
+func clusterSlots(c *statConn) (masters []string, bySlot []int, err error) {
+	v, err := call(c, "CLUSTER", "SLOTS")
+	if err != nil {
+		return nil, nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
+	}
+	ranges, _ := v.([]any)
+	bySlot = make([]int, 16384)
+	for i := range bySlot {
+		bySlot[i] = -1
+	}
+	for _, r := range ranges {
+		f, _ := r.([]any)
+		if len(f) < 3 {
+			return nil, nil, fmt.Errorf("CLUSTER SLOTS: unexpected entry %v", r)
+		}
+		start, _ := f[0].(int64)
+		end, _ := f[1].(int64)
+		node, _ := f[2].([]any)
+		if len(node) < 2 || start < 0 || end >= 16384 {
+			return nil, nil, fmt.Errorf("CLUSTER SLOTS: unexpected entry %v", r)
+		}
+		host, _ := node[0].(string)
+		port, _ := node[1].(int64)
+		addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+		n := slices.Index(masters, addr)
+		if n < 0 {
+			n, masters = len(masters), append(masters, addr)
+		}
+		for s := start; s <= end; s++ {
+			bySlot[s] = n
+		}
+	}
+	if slices.Contains(bySlot, -1) {
+		return nil, nil, fmt.Errorf("CLUSTER SLOTS: not every slot is served")
+	}
+	return masters, bySlot, nil
 }
 
 // call runs one command and returns its reply; an error reply is an error.

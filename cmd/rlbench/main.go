@@ -65,6 +65,7 @@ func loadMain(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Int64Var(&cfg.Burst, "burst", 0, "bucket capacity (0 = rate)")
 	fs.IntVar(&cfg.Shards, "shards", 0, "rlproxy: SHARDS of each limiter (0 = the proxy's default)")
 	fs.BoolVar(&cfg.Setup, "setup", true, "rlproxy: create the limiters with RL.SETRATE first")
+	fs.BoolVar(&cfg.Cluster, "cluster", false, "direct: --addr is a node of a Redis Cluster; each request goes to its key's master")
 	fs.BoolVar(&cfg.Ping, "ping", false, "send PING instead of the limiter command: what the server's connection handling alone allows")
 	fs.StringVar(&cfg.Scenario, "scenario", "", "label stored in the JSON result")
 	fs.IntVar(&cfg.Round, "round", 0, "label stored in the JSON result")

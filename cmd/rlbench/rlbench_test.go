@@ -351,3 +351,34 @@ func TestRunAgainstRedisAndProxy(t *testing.T) {
 		}
 	})
 }
+
+// Direct mode on a Redis Cluster sends each request to its key's master:
+// none answers MOVED, and every master takes its share.
+func TestRunDirectOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	c := loadConfig{Mode: "direct", Cluster: true, Addr: cluster.Addrs()[1], Conns: 3, Pipeline: 8,
+		Warmup: 50 * time.Millisecond, Duration: 300 * time.Millisecond,
+		Keys: 300, KeyPrefix: "t:cluster:", Rate: 1_000_000_000, Interval: time.Second}
+	s, err := newSampler(cluster.Addrs(), "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	res, err := run(context.Background(), c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests == 0 || res.Granted != res.Requests || res.FirstError != "" {
+		t.Fatalf("%d requests, %d granted, first error %q", res.Requests, res.Granted, res.FirstError)
+	}
+	var calls int64
+	for _, n := range res.Redis {
+		if n.Calls == 0 {
+			t.Errorf("master %s ran no EVALSHA", n.Addr)
+		}
+		calls += n.Calls
+	}
+	if !near(calls, res.Requests) {
+		t.Errorf("%d EVALSHA calls for %d requests", calls, res.Requests)
+	}
+}
