@@ -41,8 +41,9 @@ import (
 // decision's cost. The generations are as long as the longest a state
 // lasts (genMs), fixed when the epoch is made: the epoch ends with it
 // (".<ms>"), so KEEPSTATE keeps it too. A policy stored without it (by
-// an older rlproxy) keeps keys, as do policies in a Redis Cluster (a
-// script may touch one slot, and a name's config key is in its own).
+// an older rlproxy) keeps keys, as do policies in a Redis Cluster: a
+// generation hash would sit on one master while a resharding moves the
+// names' slots (and their config keys) elsewhere.
 
 // DefaultMaxPolicies bounds the policies when no bound is configured.
 const DefaultMaxPolicies = 1000

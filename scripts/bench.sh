@@ -13,7 +13,7 @@
 #
 # Knobs (environment): BENCH_ROUNDS (3), BENCH_SECONDS (4, per run),
 # BENCH_DENY_RATE (1000 permits/s), BENCH_NODES (4, for the scaling run),
-# BENCH_ROWS (all, or some of "hot policy capped probe clients scale":
+# BENCH_ROWS (all, or some of "hot policy capped cluster probe clients scale":
 # the rlbench scenario groups to run; the report marks the others not
 # run), BENCH_GO (1: also run the Go benchmarks), BENCH_MEMORY (1: also
 # scripts/memory.sh: the proxy's RSS per limiter, Redis's memory per policy
@@ -101,14 +101,18 @@ rows() {
 bench() {
 	local name=$1 round=$2 mode=$3
 	shift 3
-	# BR, BP, BP_PID: the Redis and rlproxy to use (default: the first pair).
+	# BR, BP, BP_PID: the Redis and rlproxy to use (default: the first pair);
+	# BSTATS: the Redis servers to measure (default: BR); BDIRECT: extra
+	# rlbench flags of direct runs.
 	local r=${BR:-$R1} p=${BP:-$P1} ppid=${BP_PID:-$P1_PID}
-	local addr=127.0.0.1:$r stats=(--stats-redis "127.0.0.1:$r")
+	local addr=127.0.0.1:$r stats=(--stats-redis "${BSTATS:-127.0.0.1:$r}") extra=()
 	if [ "$mode" = rlproxy ]; then
 		addr=127.0.0.1:$p
 		stats+=(--stats-proxy "127.0.0.1:$p" --proxy-pid "$ppid")
+	else
+		read -ra extra <<<"${BDIRECT:-}"
 	fi
-	"$work/rlbench" --mode "$mode" --addr "$addr" "${stats[@]}" \
+	"$work/rlbench" --mode "$mode" --addr "$addr" "${stats[@]}" "${extra[@]}" \
 		--scenario "$name" --round "$round" --key-prefix "bench:$name:" \
 		--duration "${SECS}s" --out "$OUT/$name-$mode-r$round.json" "$@" |
 		sed "s/^/  [$name r$round] /" >&2
@@ -166,6 +170,30 @@ if { rows capped || rows policy; } && cap_cpu "${pids[-1]}"; then
 			BR=$CR BP=$PROXY_PORT BP_PID=$PROXY_PID interleaved "capped-policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
 		done
 	fi
+fi
+
+# One policy on a Redis Cluster of 3 masters: the names of each master
+# are decided together (direct: EVALSHA sent to each key's master).
+if rows cluster; then
+	cluster_addrs=()
+	for i in 1 2 3; do
+		start_redis --cluster-enabled yes --cluster-config-file "nodes-$i.conf"
+		cluster_addrs+=("127.0.0.1:$REDIS_PORT")
+	done
+	redis-cli --cluster create "${cluster_addrs[@]}" --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log" 2>&1
+	for a in "${cluster_addrs[@]}"; do
+		for _ in $(seq 100); do
+			[ "$(redis-cli -p "${a##*:}" cluster info | tr -d '\r' | grep cluster_state)" = cluster_state:ok ] && break
+			sleep 0.1
+		done
+	done
+	start_proxy -- --cluster "redis://${cluster_addrs[0]}"
+	stats=$(IFS=,; echo "${cluster_addrs[*]}")
+	for p in 1 16; do
+		redis-cli -p "$PROXY_PORT" RL.POLICY SET "bench:cluster-policy-p$p:*" 1000000000 1s >/dev/null
+		BR=${cluster_addrs[0]##*:} BSTATS=$stats BDIRECT=--cluster BP=$PROXY_PORT BP_PID=$PROXY_PID \
+			interleaved "cluster-policy-p$p" --conns 50 --pipeline "$p" --keys 10000 --setup=false
+	done
 fi
 
 # Script calls per denied acquire on SHARDS 4 (max_probes 2, deny cache

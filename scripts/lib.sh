@@ -33,11 +33,12 @@ wait_ready() {
 	exit 1
 }
 
-# start_redis: starts a redis-server, sets REDIS_PORT and REDIS_PID.
+# start_redis [FLAG...]: starts a redis-server (with those extra flags),
+# sets REDIS_PORT and REDIS_PID.
 start_redis() {
 	REDIS_PORT=$(free_port)
 	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-		--daemonize no --dir "$work" --logfile "$work/redis-$REDIS_PORT.log" &
+		--daemonize no --dir "$work" --logfile "$work/redis-$REDIS_PORT.log" "$@" &
 	REDIS_PID=$!
 	pids+=($!)
 	wait_ready "$REDIS_PORT"

@@ -148,7 +148,7 @@ func summarize(results []Result) Summary {
 // scenarioOrder is the order the report lists scenarios in; others follow.
 var scenarioOrder = []string{scenHotPipelined, scenHotPlain, scenPing, scenDenyP16, scenDenyP1, scenLight,
 	scenCappedP1, scenCappedP16, scenPolicyP1, scenPolicyP16, scenPolicy1M, scenCappedPolicyP1, scenCappedPolicyP16,
-	scenProbeDeny, "clients-", "scale-"}
+	scenClusterPolicyP1, scenClusterPolicyP16, scenProbeDeny, "clients-", "scale-"}
 
 // compareScenarios orders scenarios as scenarioOrder does, then by name
 // with numbers compared as numbers (clients-10 before clients-100).
@@ -266,6 +266,9 @@ const (
 	scenPolicy1M        = "policy-1m-p16"     // 50 conns x 16, 1,000,000 names
 	scenCappedPolicyP1  = "capped-policy-p1"  // Redis-bound, 50 conns x 1
 	scenCappedPolicyP16 = "capped-policy-p16" // Redis-bound, 50 conns x 16
+	// The same on a Redis Cluster of 3 masters (direct: rlbench --cluster).
+	scenClusterPolicyP1  = "cluster-policy-p1"  // 50 conns x 1, 10,000 names
+	scenClusterPolicyP16 = "cluster-policy-p16" // 50 conns x 16, 10,000 names
 	// 1 conn x 1 on a SHARDS 4 limiter that denies everything, max_probes
 	// 2, deny cache off: script calls per denied acquire.
 	scenProbeDeny = "probe-deny"
@@ -417,6 +420,20 @@ func targets(sum Summary) []Target {
 			fmt.Sprintf("%.2f us (direct %.2f us; %.2fx the throughput, %.0f vs %.0f req/s)",
 				us, d.RedisCPUPerRequestUs, ratio(p.OpsPerSec, d.OpsPerSec), p.OpsPerSec, d.OpsPerSec),
 			"<= 4 us", verdict(us > 0 && us <= 4)})
+	}
+	for _, c := range []struct{ id, name, what string }{
+		{"10f", scenClusterPolicyP1, "one policy over 10,000 names on a 3-master Redis Cluster, 50 conns, no pipelining"},
+		{"10g", scenClusterPolicyP16, "one policy over 10,000 names on a 3-master Redis Cluster, 50 conns x pipeline 16"},
+	} {
+		d, p := pair(c.name)
+		if d == nil || p == nil {
+			out = append(out, na(c.id, c.what, "(reported)"))
+			continue
+		}
+		out = append(out, Target{c.id, c.what,
+			fmt.Sprintf("%.2fx the throughput (%.0f vs %.0f req/s); Redis CPU per decision %.2f us (direct %.2f us); %.4f script calls per request",
+				ratio(p.OpsPerSec, d.OpsPerSec), p.OpsPerSec, d.OpsPerSec, p.RedisCPUPerRequestUs, d.RedisCPUPerRequestUs, p.CallsPerRequest),
+			"(reported)", "INFO"})
 	}
 	if p := get(scenProbeDeny, "rlproxy"); p != nil {
 		out = append(out, Target{"9", "denied acquire on SHARDS 4, max_probes 2, deny cache off: script calls per denial",
