@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"testing"
@@ -19,12 +20,20 @@ type grantSpan struct{ from, to time.Time }
 // proxies for d and returns the span of every grant, by start.
 func timedLoad(t *testing.T, proxies []*harness, key string, clients int, d time.Duration) ([]grantSpan, int64) {
 	t.Helper()
+	spans, errs := timedLoadNames(t, proxies, []string{key}, clients, d)
+	return spans[key], errs
+}
+
+// timedLoadNames is timedLoad over several names, each call for one of
+// them at random; the spans are per name.
+func timedLoadNames(t *testing.T, proxies []*harness, names []string, clients int, d time.Duration) (map[string][]grantSpan, int64) {
+	t.Helper()
 	conns := make([]*redis.Client, len(proxies))
 	for i, h := range proxies {
 		conns[i] = h.client(t, func(o *redis.Options) { o.PoolSize = clients; o.ReadTimeout = callTimeout })
 	}
 	var mu sync.Mutex
-	var spans []grantSpan
+	spans := map[string][]grantSpan{}
 	var errs int64
 	var wg sync.WaitGroup
 	stop := time.Now().Add(d)
@@ -34,9 +43,10 @@ func timedLoad(t *testing.T, proxies []*harness, key string, clients int, d time
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) {
+				name := names[rand.IntN(len(names))]
 				from := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-				v, err := c.Do(ctx, "RL.ACQUIRE", key).Slice()
+				v, err := c.Do(ctx, "RL.ACQUIRE", name).Slice()
 				cancel()
 				to := time.Now()
 				mu.Lock()
@@ -44,14 +54,16 @@ func timedLoad(t *testing.T, proxies []*harness, key string, clients int, d time
 				case err != nil || len(v) != 4:
 					errs++
 				case v[0] == int64(1):
-					spans = append(spans, grantSpan{from, to})
+					spans[name] = append(spans[name], grantSpan{from, to})
 				}
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	sort.Slice(spans, func(i, j int) bool { return spans[i].from.Before(spans[j].from) })
+	for _, s := range spans {
+		sort.Slice(s, func(i, j int) bool { return s[i].from.Before(s[j].from) })
+	}
 	return spans, errs
 }
 
@@ -130,19 +142,7 @@ func TestMultiLimitPerWindow(t *testing.T) {
 				t.Fatalf("only %d grants: the limiter under-admits", len(spans))
 			}
 			for i, l := range limits {
-				var w windowCheck
-				switch algo {
-				case "fixed-window", "sliding-window":
-					// Each aligned window holds at most rate (the sliding
-					// window's estimate counts its own window in full).
-					w = alignedWindows(spans, l.every, l.rate)
-				case "sliding-log":
-					w = slidingWindows(spans, l.every, l.rate)
-				case "token-bucket":
-					// A full bucket (burst = rate) and what refills in less
-					// than one interval.
-					w = slidingWindows(spans, l.every, 2*l.rate)
-				}
+				w := algoWindows(algo, spans, l.every, l.rate)
 				t.Logf("%s, limit %d (%d per %v): %d grants; %v", algo, i+1, l.rate, l.every, len(spans), w)
 				if w.over > 0 {
 					t.Errorf("limit %d (%d per %v) over-admitted in %d windows (most %d)", i+1, l.rate, l.every, w.over, w.most)
@@ -150,4 +150,20 @@ func TestMultiLimitPerWindow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// algoWindows counts grants per window as algo bounds them, for a limit
+// of rate per every (burst = rate).
+func algoWindows(algo string, spans []grantSpan, every time.Duration, rate int64) windowCheck {
+	switch algo {
+	case "fixed-window", "sliding-window":
+		// Each aligned window holds at most rate (the sliding window's
+		// estimate counts its own window in full).
+		return alignedWindows(spans, every, rate)
+	case "sliding-log":
+		return slidingWindows(spans, every, rate)
+	}
+	// The buckets: a full bucket (burst = rate) and what refills or leaks
+	// in less than one interval.
+	return slidingWindows(spans, every, 2*rate)
 }

@@ -661,6 +661,66 @@ func TestPolicyCluster(t *testing.T) {
 	h.Do(t, "RL.ACQUIRE", "user:1").Err(fmt.Sprintf(noSuch, "user:1"))
 }
 
+// Per name, a policy never over-admits: 32 clients through 4 proxies,
+// each call for one of 8 names, every grant's time recorded and counted
+// per window of each name, for every algorithm; on standalone backends
+// (state in generation hashes) and on a Redis Cluster (names decided by
+// master, each read in its own slot).
+func TestPolicyPerNameWindows(t *testing.T) {
+	t.Parallel()
+	backends := map[string]func() []*harness{
+		"standalone": func() []*harness { return startFleet(t, 4).proxies },
+		"cluster": func() []*harness {
+			cluster := redistest.StartCluster(t, 3)
+			var hs []*harness
+			for range 4 {
+				hs = append(hs, startProxy(t, nil, func(c *config.Config) { c.Cluster = cluster.URLs() }))
+			}
+			return hs
+		},
+	}
+	for kind, start := range backends {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			proxies := start()
+			for _, algo := range []string{"token-bucket", "leaky-bucket", "fixed-window", "sliding-window", "sliding-log"} {
+				const rate, every = 10, 500 * time.Millisecond
+				proxies[0].Do(t, "RL.POLICY", "SET", algo+":*", rate, "500ms", "ALGO", algo).Equal(int64(1))
+				var names []string
+				for i := range 8 {
+					names = append(names, fmt.Sprintf("%s:%d", algo, i))
+				}
+				if err := eventually(2*time.Second, func() error { // every proxy knows the policy
+					for _, p := range proxies {
+						if _, err := p.client(t, nil).Do(context.Background(), "RL.AVAILABLE", names[0]).Result(); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				spans, errs := timedLoadNames(t, proxies, names, 32, 1200*time.Millisecond)
+				if errs > 0 {
+					t.Fatalf("%s: %d calls failed", algo, errs)
+				}
+				total := 0
+				for _, name := range names {
+					w := algoWindows(algo, spans[name], every, rate)
+					total += len(spans[name])
+					if w.over > 0 {
+						t.Errorf("%s over-admitted in %d windows (most %d of %d)", name, w.over, w.most, w.allowed)
+					}
+					if len(spans[name]) < rate {
+						t.Errorf("%s: %d grants in 1.2 s at %d per %v: the policy under-admits", name, len(spans[name]), rate, every)
+					}
+				}
+				t.Logf("%s: %d grants over %d names", algo, total, len(names))
+			}
+		})
+	}
+}
+
 // KEEPSTATE keeps a policy's epoch, so its generations keep their length:
 // a rate change that makes states outlast them carries the permits used
 // over all the same, the states becoming keys of their own.

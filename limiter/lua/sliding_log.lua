@@ -2,6 +2,10 @@
 -- with its permits; a grant older than the interval gives its permits back.
 -- Grants in the same millisecond share one entry, so the log holds at most
 -- one entry per millisecond of the interval, whatever the request rate.
+-- An entry of millisecond m leaves the window at m + window + 1: its grant
+-- came at some time in [m, m + 1), and must count for a whole interval
+-- after it (leaving at m + window, a grant at m.999 would count for
+-- 499.001 ms of a 500 ms window, and 11 grants could fit in one of 10).
 --
 -- KEYS[2]  sorted set of grants: member "<ms>:<permits>", score <ms>
 -- KEYS[3]  permits used by the grants in the window (a plain counter)
@@ -31,12 +35,12 @@ local function load()
       used = used + permits_of(m)
     end
   end
-  local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms - window)
+  local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms - window - 1)
   if #old > 0 then
     for _, m in ipairs(old) do
       used = used - permits_of(m)
     end
-    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - window)
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - window - 1)
   end
   if used < 0 then used = 0 end
 end
@@ -50,7 +54,7 @@ local function until_empty()
   if used <= 0 then return 0 end
   local newest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   if not newest[2] then return 0 end
-  return (tonumber(newest[2]) + window - now_ms) * 1000
+  return (tonumber(newest[2]) + window + 1 - now_ms) * 1000
 end
 
 -- Microseconds until enough of the oldest grants leave the window to free
@@ -63,7 +67,7 @@ local function until_freed(need)
     for i = 1, #batch, 2 do
       freed = freed + permits_of(batch[i])
       if freed >= need then
-        return (tonumber(batch[i + 1]) + window - now_ms) * 1000
+        return (tonumber(batch[i + 1]) + window + 1 - now_ms) * 1000
       end
     end
     start = start + 64
