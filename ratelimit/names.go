@@ -70,8 +70,7 @@ func (l *Limiters) runNames(node *backend.Node, script *redis.Script, conf strin
 		keys, args := limiter.NamesArgs(conf, names, l.cluster)
 		v, err := node.Eval(ctx, script, keys, args...)
 		if err != nil {
-			if l.cluster && redis.HasErrorPrefix(err, "ERR Error compiling script") {
-				// Redis 6 has no script flags: one script call per name.
+			if l.cluster && flagsUnsupported(err) {
 				l.noCrossSlot.Store(true)
 			}
 			return nil, err
@@ -91,4 +90,13 @@ func (l *Limiters) runNames(node *backend.Node, script *redis.Script, conf strin
 		}
 		return out, nil
 	}
+}
+
+// flagsUnsupported tells a names call's error on a cluster of Redis 6,
+// which has no script flags and cannot compile the flag line: from then
+// on each name gets a script call of its own. (Redis answers "ERR Error
+// compiling script (new function): user_script:1: ..."; HasErrorPrefix
+// drops the "ERR ".)
+func flagsUnsupported(err error) bool {
+	return redis.HasErrorPrefix(err, "Error compiling script")
 }

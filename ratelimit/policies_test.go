@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -100,6 +101,32 @@ func TestPolicyGenerations(t *testing.T) {
 	for _, e := range []string{"e0471843", "e1.", "e1.x", "e1.0", "e1.-5"} {
 		if got := epochGenMs(e); got != 0 {
 			t.Errorf("epochGenMs(%q) = %d, want 0 (state in keys)", e, got)
+		}
+	}
+}
+
+// replyErr is an error reply as go-redis returns it (a redis.Error).
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+// A Redis 6 cluster's answer to the flagged names script is recognised,
+// also as the backend wraps it; other errors are not.
+func TestFlagsUnsupported(t *testing.T) {
+	redis6 := replyErr("ERR Error compiling script (new function): user_script:1: unexpected symbol near '#'")
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{redis6, true},
+		{fmt.Errorf("backend cluster 127.0.0.1:7000: %w", redis6), true},
+		{replyErr("ERR user_script:12: Script attempted to access a non local key"), false},
+		{replyErr("MOVED 3999 127.0.0.1:6381"), false},
+		{errors.New("Error compiling script (a network error's text)"), false},
+	} {
+		if got := flagsUnsupported(tc.err); got != tc.want {
+			t.Errorf("flagsUnsupported(%q) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
