@@ -46,8 +46,7 @@ func TestChargeDebt(t *testing.T) {
 		// A shaper grants only once its queue is empty: debt and burst leak first.
 		{leakyBucket(10, time.Second, 10), func(time.Time, time.Time) time.Duration { return 2500 * time.Millisecond }, 2500 * time.Millisecond},
 		// The log's debt lasts until the charge leaves the window.
-		// (1 ms after the interval: sliding_log.lua.)
-		{slidingLog(10, time.Second), func(time.Time, time.Time) time.Duration { return 1001 * time.Millisecond }, 1001 * time.Millisecond},
+		{slidingLog(10, time.Second), func(time.Time, time.Time) time.Duration { return time.Second }, time.Second},
 		// 25 in this window: the next pays 10 of it back and opens with 5,
 		// the one after with room: 2 windows on. Reset: 3 windows on.
 		{fixedWindow(10, time.Hour), func(c, w time.Time) time.Duration { return w.Add(2 * time.Hour).Sub(c) }, 0},

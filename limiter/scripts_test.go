@@ -575,19 +575,17 @@ func TestSlidingLogScenarios(t *testing.T) {
 		conf  limiter.Config
 		steps []step
 	}{
-		// A grant leaves the window 1 ms after the interval (sliding_log.lua:
-		// it came some time within its millisecond).
 		{"rate 100 per second", slidingLog(100, time.Second), []step{
-			{ask: ask(5), granted: 1, remaining: 95, reset: 1001},
-			{ask: ask(30), granted: 1, remaining: 65, reset: 1001},
-			{ask: ask(100), granted: 0, remaining: 65, retry: 1001, reset: 1001},
+			{ask: ask(5), granted: 1, remaining: 95, reset: 1000},
+			{ask: ask(30), granted: 1, remaining: 65, reset: 1000},
+			{ask: ask(100), granted: 0, remaining: 65, retry: 1000, reset: 1000},
 			{ask: ask(101), granted: -1, remaining: 65},
-			{ask: ask(65), granted: 1, remaining: 0, reset: 1001},
-			{ask: ask(1), granted: 0, remaining: 0, retry: 1001, reset: 1001},
+			{ask: ask(65), granted: 1, remaining: 0, reset: 1000},
+			{ask: ask(1), granted: 0, remaining: 0, retry: 1000, reset: 1000},
 		}},
 		{"no reservations", slidingLog(2, time.Second), []step{
-			{ask: askWait(2, time.Hour), granted: 1, remaining: 0, reset: 1001},
-			{ask: askWait(1, time.Hour), granted: 0, remaining: 0, retry: 1001, reset: 1001},
+			{ask: askWait(2, time.Hour), granted: 1, remaining: 0, reset: 1000},
+			{ask: askWait(1, time.Hour), granted: 0, remaining: 0, retry: 1000, reset: 1000},
 		}},
 	}
 	for _, tc := range tests {
@@ -598,7 +596,8 @@ func TestSlidingLogScenarios(t *testing.T) {
 	}
 }
 
-// grants reads a sliding log: the permits of each entry by its score (ms).
+// grants reads a sliding log: the permits of each entry by its score (ms;
+// its member says the microsecond of its latest grant, in that ms).
 func (r *rig) grants(t *testing.T, key string) (scores []int64, permits []int64) {
 	t.Helper()
 	zs, err := r.rdb.ZRangeWithScores(t.Context(), key, 0, -1).Result()
@@ -607,10 +606,11 @@ func (r *rig) grants(t *testing.T, key string) (scores []int64, permits []int64)
 	}
 	for _, z := range zs {
 		m := z.Member.(string)
-		ms, p, ok := strings.Cut(m, ":")
+		us, p, ok := strings.Cut(m, ":")
 		n, err := strconv.ParseInt(p, 10, 64)
-		if !ok || err != nil || ms != strconv.FormatInt(int64(z.Score), 10) {
-			t.Fatalf("sliding log entry %q (score %v): want \"<score>:<permits>\"", m, z.Score)
+		at, err2 := strconv.ParseInt(us, 10, 64)
+		if !ok || err != nil || err2 != nil || at/1000 != int64(z.Score) {
+			t.Fatalf("sliding log entry %q (score %v): want \"<us>:<permits>\", us in the score's ms", m, z.Score)
 		}
 		scores = append(scores, int64(z.Score))
 		permits = append(permits, n)
@@ -644,9 +644,11 @@ func TestSlidingLog(t *testing.T) {
 		if denied.Granted {
 			t.Fatalf("take 100 with 65 left: %+v, want denied", denied)
 		}
-		leaves := scores[1] + 1000 + 1 // the 30-permit grant leaves the window (1 ms after the interval)
-		within(t, "retry_after", denied.RetryAfterMs, span{leaves - after, leaves - before})
-		within(t, "reset_after", denied.ResetAfterMs, span{leaves - after, leaves - before})
+		// The 30-permit grant leaves the window: one interval after it, some
+		// time in the ms after its score (rounded up to whole ms).
+		leaves := scores[1] + 1000
+		within(t, "retry_after", denied.RetryAfterMs, span{leaves - after, leaves - before + 1})
+		within(t, "reset_after", denied.ResetAfterMs, span{leaves - after, leaves - before + 1})
 		time.Sleep(time.Duration(denied.RetryAfterMs) * time.Millisecond)
 		if res := l.take(50); !res.Granted || res.Remaining != 50 {
 			t.Errorf("take 50 after the window: %+v, want granted with 50 left", res)
@@ -671,11 +673,12 @@ func TestSlidingLog(t *testing.T) {
 			t.Fatalf("take 1 of a full log: %+v, want denied", denied)
 		}
 		// The 4-permit grant leaves the window first, the 6-permit one later.
-		within(t, "retry_after", denied.RetryAfterMs, span{scores[0] + window + 1 - after, scores[0] + window + 1 - before})
-		within(t, "reset_after", denied.ResetAfterMs, span{scores[1] + window + 1 - after, scores[1] + window + 1 - before})
+		// (Each one interval after its grant, in the ms after its score.)
+		within(t, "retry_after", denied.RetryAfterMs, span{scores[0] + window - after, scores[0] + window - before + 1})
+		within(t, "reset_after", denied.ResetAfterMs, span{scores[1] + window - after, scores[1] + window - before + 1})
 		time.Sleep(time.Duration(denied.RetryAfterMs) * time.Millisecond)
 		got := l.peek()
-		if r.redisMs(t) > scores[1]+window {
+		if r.redisMs(t) >= scores[1]+window {
 			t.Skip("machine overloaded: the second grant left the window too before the test could look")
 		}
 		if got != 4 {
@@ -683,6 +686,38 @@ func TestSlidingLog(t *testing.T) {
 		}
 		if _, permits := r.grants(t, l.state()[0]); len(permits) != 1 || permits[0] != 6 {
 			t.Errorf("log after expiry holds %v, want only the 6-permit grant", permits)
+		}
+	})
+
+	// A log written by an older rlproxy ("<ms>:<permits>" members) goes on
+	// working: an entry counts until one interval after the end of its
+	// millisecond, an expired one gives its permits back.
+	t.Run("entries of an older rlproxy", func(t *testing.T) {
+		t.Parallel()
+		l := r.create(t, "older", slidingLog(3, time.Second))
+		now := r.redisMs(t)
+		log, counter := l.state()[0], l.state()[1]
+		if err := r.rdb.ZAdd(t.Context(), log,
+			redis.Z{Score: float64(now - 5000), Member: fmt.Sprintf("%d:1", now-5000)},
+			redis.Z{Score: float64(now - 100), Member: fmt.Sprintf("%d:2", now-100)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rdb.Set(t.Context(), counter, 3, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if res := l.take(1); !res.Granted || res.Remaining != 0 {
+			t.Fatalf("take 1 with 2 of 3 used (1 expired): %+v, want granted with 0 left", res)
+		}
+		denied := l.take(1)
+		after := r.redisMs(t)
+		if denied.Granted {
+			t.Fatalf("take 1 of a full log: %+v, want denied", denied)
+		}
+		// The 2 old permits leave 1 s after the end of their ms.
+		leaves := now - 100 + 1 + 1000
+		within(t, "retry_after", denied.RetryAfterMs, span{leaves - after, leaves - now + 1})
+		if zs, err := r.rdb.ZRangeWithScores(t.Context(), log, 0, -1).Result(); err != nil || len(zs) != 2 || zs[0].Score != float64(now-100) {
+			t.Errorf("log %v (%v), want the old entry of %d and the new grant", zs, err, now-100)
 		}
 	})
 
@@ -735,13 +770,13 @@ func TestSlidingLog(t *testing.T) {
 		start := time.Now()
 		l.take(5)
 		for _, k := range l.state() {
-			within(t, k+" PTTL", r.pttl(t, k), since(1001, start))
+			within(t, k+" PTTL", r.pttl(t, k), since(1000, start))
 		}
 		time.Sleep(200 * time.Millisecond)
 		start = time.Now()
 		l.take(1) // the newest grant sets the TTL
 		for _, k := range l.state() {
-			within(t, k+" PTTL after a newer grant", r.pttl(t, k), since(1001, start))
+			within(t, k+" PTTL after a newer grant", r.pttl(t, k), since(1000, start))
 		}
 		l.release(6)
 		for _, k := range l.state() {

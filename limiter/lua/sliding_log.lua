@@ -2,29 +2,45 @@
 -- with its permits; a grant older than the interval gives its permits back.
 -- Grants in the same millisecond share one entry, so the log holds at most
 -- one entry per millisecond of the interval, whatever the request rate.
--- An entry of millisecond m leaves the window at m + window + 1: its grant
--- came at some time in [m, m + 1), and must count for a whole interval
--- after it (leaving at m + window, a grant at m.999 would count for
--- 499.001 ms of a 500 ms window, and 11 grants could fit in one of 10).
 --
--- KEYS[2]  sorted set of grants: member "<ms>:<permits>", score <ms>
+-- KEYS[2]  sorted set of grants: member "<us>:<permits>", score <ms>: the
+--          entry's millisecond, and in the member the microsecond of its
+--          latest grant, which leaves the window exactly one interval
+--          later (with the millisecond alone, a grant at m.999 would leave
+--          at m + interval, having counted 0.999 ms less than a whole
+--          interval, and rate + 1 grants could fit in one). A member
+--          written by an older rlproxy, "<ms>:<permits>", counts as
+--          granted at the end of its millisecond.
 -- KEYS[3]  permits used by the grants in the window (a plain counter)
 local capacity = rate
 local window = interval / 1000 -- milliseconds
 local now_ms = math.floor(now / 1000)
+local now_us = now
 local used
 
 local function permits_of(member)
   return tonumber(string.match(member, ':(%d+)$'))
 end
 
+-- The microsecond of an entry's latest grant (an older rlproxy's entry,
+-- its millisecond below 1e14: the end of that millisecond).
+local function granted_at(member)
+  local t = tonumber(string.match(member, '^(%d+):'))
+  if t < 1e14 then return (t + 1) * 1000 end
+  return t
+end
+
 local function load()
-  now_ms = math.floor(now / 1000)
-  local newest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  -- The clock may step back after a failover; time never runs backwards here.
-  if newest[2] and tonumber(newest[2]) > now_ms then
-    now_ms = tonumber(newest[2])
+  now_us = now
+  local newest = redis.call('ZRANGE', KEYS[2], -1, -1)
+  -- The clock may step back after a failover; time never runs backwards
+  -- here (past the newest grant, or the start of an older rlproxy's ms).
+  if newest[1] then
+    local t = tonumber(string.match(newest[1], '^(%d+):'))
+    if t < 1e14 then t = t * 1000 end
+    if t > now_us then now_us = t end
   end
+  now_ms = math.floor(now_us / 1000)
   local counter = redis.call('GET', KEYS[3])
   if counter then
     used = tonumber(counter)
@@ -35,12 +51,20 @@ local function load()
       used = used + permits_of(m)
     end
   end
-  local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms - window - 1)
+  -- Entries of milliseconds before now_ms - window have left the window;
+  -- one of that millisecond has when its latest grant has.
+  local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms - window)
   if #old > 0 then
+    local last = old[#old]
+    if granted_at(last) + interval <= now_us then
+      redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - window)
+    else
+      old[#old] = nil
+      redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - window - 1)
+    end
     for _, m in ipairs(old) do
       used = used - permits_of(m)
     end
-    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - window - 1)
   end
   if used < 0 then used = 0 end
 end
@@ -54,7 +78,7 @@ local function until_empty()
   if used <= 0 then return 0 end
   local newest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   if not newest[2] then return 0 end
-  return (tonumber(newest[2]) + window + 1 - now_ms) * 1000
+  return math.max(0, granted_at(newest[1]) + interval - now_us)
 end
 
 -- Microseconds until enough of the oldest grants leave the window to free
@@ -67,7 +91,7 @@ local function until_freed(need)
     for i = 1, #batch, 2 do
       freed = freed + permits_of(batch[i])
       if freed >= need then
-        return (tonumber(batch[i + 1]) + window + 1 - now_ms) * 1000
+        return math.max(0, granted_at(batch[i]) + interval - now_us)
       end
     end
     start = start + 64
@@ -82,7 +106,7 @@ local function record(n)
     permits = permits + permits_of(newest[1])
     redis.call('ZREM', KEYS[2], newest[1])
   end
-  redis.call('ZADD', KEYS[2], now_ms, now_ms .. ':' .. string.format('%d', permits))
+  redis.call('ZADD', KEYS[2], now_ms, string.format('%d:%d', now_us, permits))
   used = used + n
 end
 
@@ -113,7 +137,7 @@ local function give(n)
     redis.call('ZREM', KEYS[2], newest[1])
     local back = math.min(p, n)
     if p > back then
-      redis.call('ZADD', KEYS[2], newest[2], newest[2] .. ':' .. string.format('%d', p - back))
+      redis.call('ZADD', KEYS[2], newest[2], string.match(newest[1], '^%d+') .. ':' .. string.format('%d', p - back))
     end
     used = used - back
     n = n - back
