@@ -54,14 +54,14 @@ type Limiters struct {
 	batches  coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
 	names    coalesce.Coalescer[nameAsk, answer]     // per node and policy (names.go)
 	cluster  bool                                    // on a Redis Cluster: names calls by master (names.go)
-	// noCrossSlot: the cluster cannot run names calls (Redis 6)
-	noCrossSlot atomic.Bool
-	denials     denyCache
-	queues      queues
-	sleepers    sleepers // waiters asleep, per limiter (Wake)
-	changes     changes  // told of changes (OnChange)
-	waiters     Waiters  // RL.ACQUIRE's (MaxWaiters)
-	stats       counters
+	denials  denyCache
+	queues   queues
+	sleepers sleepers // waiters asleep, per limiter (Wake)
+	changes  changes  // told of changes (OnChange)
+	waiters  Waiters  // RL.ACQUIRE's (MaxWaiters)
+	stats    counters
+
+	noCrossSlot atomic.Bool // the cluster cannot run names calls (Redis 6): a call per name
 
 	closing   chan struct{} // closed by Close: the watches of follow end
 	closeOnce sync.Once
