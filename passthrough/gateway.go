@@ -43,8 +43,10 @@ type Options struct {
 	KeyPrefix string
 	// MaxPinned bounds the connections pinned to clients.
 	MaxPinned int
-	// Conns is the number of shared connections per protocol
-	// (defaults to 4).
+	// Conns is the number of shared connections per node and protocol
+	// (defaults to 1: every client's commands then share one backend
+	// write and read, and Redis reads many in one; measured against 4,
+	// 0.61× direct unpipelined instead of 0.56×).
 	Conns int
 	// Timeout bounds dialing and a new connection's setup.
 	Timeout time.Duration
@@ -104,7 +106,7 @@ func New(o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("passthrough_backend: %w", err)
 	}
 	if o.Conns <= 0 {
-		o.Conns = 4
+		o.Conns = 1
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
