@@ -562,15 +562,7 @@ func TestPolicyCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	h := startProxy(t, nil, func(c *config.Config) { c.Cluster = cluster.URLs() })
 	ctx := context.Background()
-	nodes := make([]*redis.Client, len(cluster.Nodes))
-	ids := make([]string, len(nodes))
-	for i, n := range cluster.Nodes {
-		nodes[i] = n.Client(t)
-		var err error
-		if ids[i], err = nodes[i].ClusterMyID(ctx).Result(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes, ids := reshardNodes(t, ctx, cluster)
 	scriptCalls := func() int {
 		n := 0
 		for _, c := range nodes {

@@ -67,14 +67,7 @@ func TestReshardMovesSubLimiterUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	slot := int(slot64)
-	nodes := make([]*redis.Client, len(cluster.Nodes))
-	ids := make([]string, len(cluster.Nodes))
-	for i, n := range cluster.Nodes {
-		nodes[i] = n.Client(t)
-		if ids[i], err = nodes[i].ClusterMyID(ctx).Result(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes, ids := reshardNodes(t, ctx, cluster)
 	src := reshardOwner(t, ctx, nodes[0], cluster.Addrs(), slot)
 	dst := (src + 1) % len(nodes)
 	conf, err := nodes[src].HGetAll(ctx, cfgKey).Result()
@@ -271,6 +264,22 @@ func reshardStats(t testing.TB, ctx context.Context, c *redis.Client) map[string
 		}
 	}
 	return stats
+}
+
+// reshardNodes returns a client of each master of the cluster and its
+// node ID, in cluster.Nodes order.
+func reshardNodes(t testing.TB, ctx context.Context, cluster *redistest.Cluster) ([]*redis.Client, []string) {
+	t.Helper()
+	nodes := make([]*redis.Client, len(cluster.Nodes))
+	ids := make([]string, len(cluster.Nodes))
+	for i, n := range cluster.Nodes {
+		nodes[i] = n.Client(t)
+		var err error
+		if ids[i], err = nodes[i].ClusterMyID(ctx).Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes, ids
 }
 
 // reshardOwner returns the index (in addrs) of the master serving slot,
