@@ -83,9 +83,26 @@ func NewTable(lists ...[]Command) *Table {
 	return t
 }
 
-// Lookup finds a command by name, in any case.
+// Lookup finds a command by name, in any case (ASCII, as Redis compares
+// names). It runs several times per request, so it does not allocate:
+// names come as clients spell them, often in lower case.
 func (t *Table) Lookup(name string) *Command {
-	return t.byName[strings.ToUpper(name)]
+	if c := t.byName[name]; c != nil {
+		return c
+	}
+	var buf [32]byte
+	if len(name) > len(buf) {
+		return nil // longer than any command name
+	}
+	up := buf[:len(name)]
+	for i := range len(name) {
+		ch := name[i]
+		if 'a' <= ch && ch <= 'z' {
+			ch -= 'a' - 'A'
+		}
+		up[i] = ch
+	}
+	return t.byName[string(up)] // a lookup by string(bytes) does not allocate
 }
 
 // All returns every command, sorted by name.

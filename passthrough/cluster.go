@@ -103,9 +103,9 @@ var clusterOnly = map[string]bool{"SELECT": true}
 
 var errCrossSlot = errorFrame("CROSSSLOT Keys in request don't hash to the same slot")
 
-// route returns the slot a command goes to in cluster mode (-1: any
-// primary), or the error frame that answers it.
-func route(name string, args []string) (int, []byte) {
+// route returns the slot a command (naming keys) goes to in cluster
+// mode (-1: any primary), or the error frame that answers it.
+func route(name string, args, keys []string) (int, []byte) {
 	if keyspaceWide[name] || clusterOnly[name] ||
 		(name == "CLIENT" && len(args) > 1 && strings.EqualFold(args[1], "TRACKING")) {
 		what := strings.ToLower(args[0])
@@ -114,7 +114,6 @@ func route(name string, args []string) (int, []byte) {
 		}
 		return 0, errorFrame("ERR '" + what + "' is not supported by rlproxy in cluster mode")
 	}
-	keys := Keys(args)
 	if name == "SSUBSCRIBE" || name == "SUNSUBSCRIBE" {
 		keys = args[1:] // shard channels hash like keys
 	}
@@ -155,7 +154,7 @@ const maxRedirects = 5
 // follow resends a command answered MOVED or ASK to the node named (on
 // that node's shared connection of the session), and reports whether it
 // did; the command's waiter then gets the new node's reply.
-func (s *Session) follow(w *waiter, cmd []string, proto int, f []byte) bool {
+func (s *Session) follow(w *waiter, f []byte) bool {
 	ask, slot, addr, ok := redirect(f)
 	if !ok || w.redirects >= maxRedirects {
 		return false
@@ -165,14 +164,14 @@ func (s *Session) follow(w *waiter, cmd []string, proto int, f []byte) bool {
 		s.g.cluster.moved(slot, addr)
 		go s.g.loadSlots(context.Background()) //nolint:errcheck // the MOVED entry serves meanwhile
 	}
-	c, err := s.g.sharedConnAt(addr, s.id, proto)
+	c, err := s.g.sharedConnAt(addr, s.id, w.proto)
 	if err != nil {
 		return false
 	}
 	if ask {
-		c.send([][]string{{"ASKING"}, cmd}, []*waiter{{s: s, reply: func([]byte, error) {}}, w}, false)
+		c.send([][]string{{"ASKING"}, w.cmd}, []*waiter{{s: s}, w}, false)
 	} else {
-		c.send([][]string{cmd}, []*waiter{w}, false)
+		c.send([][]string{w.cmd}, []*waiter{w}, false)
 	}
 	return true
 }

@@ -20,17 +20,20 @@ import (
 	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
-// reply receives one command's reply: the frame as the backend sent it,
-// or the error that broke the connection before it came.
-type reply func(frame []byte, err error)
-
 // waiter is a command written to a backend connection, waiting for its
-// reply. A (P|S)SUBSCRIBE or (P|S)UNSUBSCRIBE is answered by one
-// confirmation frame per channel: confirms counts them down, and the
-// frames are relayed together as its reply.
+// reply (done takes it). A (P|S)SUBSCRIBE or (P|S)UNSUBSCRIBE is
+// answered by one confirmation frame per channel: confirms counts them
+// down, and the frames are relayed together as its reply.
 type waiter struct {
-	s         *Session // whose command it is: flushed after a run of replies
-	reply     reply
+	s      *Session          // whose command it is: flushed after a run of replies
+	i      int               // its index in the Forward call that sent it
+	reply  func(int, []byte) // Forward's reply; nil: nobody waits for it
+	c      *conn             // where it was sent first
+	cmd    []string          // as sent (again, after a MOVED or ASK)
+	proto  int
+	pinned bool   // sent on the client's pinned connection
+	answer []byte // the reply to give in place of the backend's
+
 	confirms  int
 	frames    []byte
 	redirects int  // MOVED/ASK followed (cluster)
@@ -173,7 +176,7 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 		err := c.err
 		c.mu.Unlock()
 		for _, w := range ws {
-			w.reply(nil, err)
+			w.done(nil, err)
 		}
 		return
 	}
@@ -254,7 +257,7 @@ func (c *conn) readInline(n int) {
 // session to got; on a broken connection it fails it (every waiter is
 // answered) and reports false.
 func (c *conn) readOne(got *flushing) bool {
-	f, err := readFrame(c.r)
+	f, err := nextFrame(c.r) // valid until the next read: deliver's callees copy what they keep
 	if err != nil {
 		got.flush()
 		c.fail(err)
@@ -314,7 +317,7 @@ func (c *conn) deliver(f []byte) (*Session, bool) {
 					if w.confirms--; w.confirms == 0 {
 						c.waiters = c.waiters[1:]
 						c.mu.Unlock()
-						w.reply(w.frames, nil)
+						w.done(w.frames, nil)
 						return w.s, true
 					}
 					c.mu.Unlock()
@@ -342,7 +345,7 @@ func (c *conn) deliver(f []byte) (*Session, bool) {
 	c.waiters[0] = nil
 	c.waiters = c.waiters[1:]
 	c.mu.Unlock()
-	w.reply(f, nil)
+	w.done(f, nil)
 	return w.s, true
 }
 
@@ -365,7 +368,7 @@ func (c *conn) end(err error) {
 	c.nc.Close()
 	var got flushing
 	for _, w := range ws {
-		w.reply(nil, c.err)
+		w.done(nil, c.err)
 		got.add(w.s)
 	}
 	got.flush()

@@ -17,29 +17,62 @@ var containers = map[string]bool{"OBJECT": true, "MEMORY": true, "XINFO": true, 
 // (EVAL's numkeys, XREAD's STREAMS, SORT's STORE, ...) by reading them.
 // A command it does not know names no keys.
 func Keys(args []string) []string {
-	name := strings.ToUpper(args[0])
+	return appendKeys(nil, upper(args[0]), args)
+}
+
+// upper returns a command's name in upper case. Clients often send
+// names in lower case: for Redis's commands that costs no allocation.
+func upper(name string) string {
+	if u, ok := upperNames[name]; ok {
+		return u
+	}
+	return strings.ToUpper(name)
+}
+
+// upperNames maps the lower-case names of the commands of keySpecs and
+// movableKeys to their upper-case names.
+var upperNames = func() map[string]string {
+	m := map[string]string{}
+	for name := range keySpecs {
+		if !strings.Contains(name, "|") {
+			m[strings.ToLower(name)] = name
+		}
+	}
+	for name := range movableKeys {
+		m[strings.ToLower(name)] = name
+	}
+	return m
+}()
+
+// appendKeys appends the keys of a call (name: its upper-case name) to
+// dst: with room in dst, a command of fixed key positions costs no
+// allocation.
+func appendKeys(dst []string, name string, args []string) []string {
 	if f := movableKeys[name]; f != nil {
-		return f(args)
+		return append(dst, f(args)...)
 	}
 	if containers[name] && len(args) > 1 {
 		name += "|" + strings.ToUpper(args[1])
 	}
 	spec, ok := keySpecs[name]
 	if !ok {
-		return nil
+		return dst
 	}
-	return keyRange(args, spec.first, spec.last, spec.step)
+	return appendRange(dst, args, spec.first, spec.last, spec.step)
 }
 
 func keyRange(args []string, first, last, step int) []string {
+	return appendRange(nil, args, first, last, step)
+}
+
+func appendRange(dst []string, args []string, first, last, step int) []string {
 	if last < 0 {
 		last += len(args)
 	}
-	var keys []string
 	for i := first; i <= last && i < len(args); i += step {
-		keys = append(keys, args[i])
+		dst = append(dst, args[i])
 	}
-	return keys
+	return dst
 }
 
 // numKeys reads "numkeys key..." at args[at]: EVAL, ZUNION, LMPOP, ...

@@ -32,11 +32,47 @@ func TestReadFrame(t *testing.T) {
 			t.Fatalf("readFrame = %q, %v; want %q", got, err, want)
 		}
 	}
+	// nextFrame gives the same frames, from its read buffer or not.
+	for _, size := range []int{64, 4096} {
+		r := bufio.NewReaderSize(strings.NewReader(strings.Join(frames, "")), size)
+		for _, want := range frames {
+			got, err := nextFrame(r)
+			if err != nil || string(got) != want {
+				t.Fatalf("buffer %d: nextFrame = %q, %v; want %q", size, got, err, want)
+			}
+		}
+	}
 	for _, bad := range []string{"?x\r\n", "$5\r\nab\r\n", "*1\n", "$99999999999999\r\n"} {
 		if _, err := readFrame(bufio.NewReader(strings.NewReader(bad))); err == nil {
 			t.Errorf("readFrame(%q) took it", bad)
 		}
 	}
+}
+
+// FuzzNextFrame checks that nextFrame, which takes a frame in place when
+// its read buffer holds all of it, reads any input as readFrame does:
+// the same frames and the same first error.
+func FuzzNextFrame(f *testing.F) {
+	for _, seed := range []string{
+		"+OK\r\n:1\r\n", "$5\r\nhe\r\no\r\n$-1\r\n", "*2\r\n$1\r\na\r\n*1\r\n:1\r\n+x\r\n",
+		"%1\r\n$1\r\na\r\n:1\r\n", "|1\r\n+a\r\n:1\r\n:2\r\n", "$3\r\nabcd\r\n", "*1\r\n?\r\n", "$-2\r\n",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		want := bufio.NewReaderSize(strings.NewReader(in), 64)
+		got := bufio.NewReaderSize(strings.NewReader(in), 64)
+		for {
+			w, werr := readFrame(want)
+			g, gerr := nextFrame(got)
+			if string(w) != string(g) || (werr == nil) != (gerr == nil) {
+				t.Fatalf("readFrame = %q, %v; nextFrame = %q, %v", w, werr, g, gerr)
+			}
+			if werr != nil {
+				return
+			}
+		}
+	})
 }
 
 // TestKeysAsRedisFindsThem compares Keys with COMMAND GETKEYS of a real

@@ -94,12 +94,14 @@ func (b *batch) flush() {
 	if len(b.cmds) > 0 {
 		b.c.send(b.cmds, b.ws, b.inline)
 	}
-	b.c, b.cmds, b.ws = nil, nil, nil
+	// send copied them: the slices serve the next connection's run.
+	b.c, b.cmds, b.ws = nil, b.cmds[:0], b.ws[:0]
 }
 
 // Forward runs calls in order on the backend; reply(i, frame) gives
 // call i's reply frame exactly once, perhaps later and on another
-// goroutine, followed (soon) by a call of the session's flush.
+// goroutine, followed (soon) by a call of the session's flush. The
+// frame is valid during the call only.
 func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame []byte)) {
 	// At light load the client's goroutine reads a lone command's reply
 	// itself, so that it polls for it (package busypoll) and then for the
@@ -109,13 +111,18 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 	// clients.
 	b := batch{inline: len(calls) == 1 && s.g.o.Poller.Quiet()}
 	defer b.flush()
+	// One allocation each for the run's waiters and what is sent.
+	ws := make([]waiter, len(calls))
+	var keyBuf [4]string // a call's keys, most often one
+	b.cmds, b.ws = make([][]string, 0, len(calls)), make([]*waiter, 0, len(calls))
 	for i, args := range calls {
-		name := strings.ToUpper(args[0])
+		name := upper(args[0])
 		if refused[name] {
 			reply(i, errorFrame("ERR '"+strings.ToLower(args[0])+"' is not supported by rlproxy"))
 			continue
 		}
-		if s.g.o.KeyPrefix != "" && s.ownKey(args) {
+		keys := appendKeys(keyBuf[:0], name, args)
+		if s.g.o.KeyPrefix != "" && s.ownKey(keys) {
 			reply(i, noPermFrame)
 			continue
 		}
@@ -135,7 +142,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		}
 		addr := s.g.dial.addr
 		if s.g.cluster != nil {
-			slot, refusal := route(name, args)
+			slot, refusal := route(name, args, keys)
 			if refusal != nil {
 				s.mu.Unlock()
 				reply(i, refusal)
@@ -168,7 +175,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		}
 		if begin { // MULTI's +OK was answered when it came
 			b.cmds = append(b.cmds, []string{"MULTI"})
-			b.ws = append(b.ws, &waiter{s: s, reply: func([]byte, error) {}})
+			b.ws = append(b.ws, &waiter{s: s})
 			step.pin = true
 		}
 		cmd := args
@@ -176,7 +183,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			cmd = step.send
 		}
 		b.cmds = append(b.cmds, cmd)
-		b.ws = append(b.ws, s.waiter(i, target, step, reply, cmd, proto))
+		b.ws = append(b.ws, s.newWaiter(&ws[i], i, target, step, reply, cmd, proto))
 		s.g.forwarded.Add(1)
 		if step.block {
 			b.flush()
@@ -348,41 +355,50 @@ func (s *Session) needsPin() bool {
 	return s.multi || s.watching || s.tracking || s.selected || len(s.subs) > 0
 }
 
-// waiter answers call i and, once nothing is awaited and no state is
-// held, gives the pinned connection back. In a cluster, a MOVED or ASK
-// is followed: cmd goes again to the node named.
-func (s *Session) waiter(i int, c *conn, st step, reply func(int, []byte), cmd []string, proto int) *waiter {
-	w := &waiter{s: s, confirms: st.confirms, block: st.block}
-	w.reply = func(f []byte, err error) {
-		if err == nil && s.g.cluster != nil && len(f) > 0 && f[0] == '-' && !st.pin && s.follow(w, cmd, proto, f) {
-			return
-		}
-		if err != nil {
-			s.g.errs.Add(1)
-			f = brokenFrame(err)
-		} else if st.answer != nil {
-			f = st.answer
-		}
-		s.mu.Lock()
-		s.out--
-		if s.out == 0 {
-			s.drained.Broadcast()
-		}
-		pin := s.pin
-		release := pin == c && s.out == 0 && !s.needsPin()
-		if release {
-			s.pin = nil
-		}
-		s.mu.Unlock()
-		if release {
-			s.g.unpin(pin, s.proto, err == nil)
-		}
-		reply(i, f)
-		if err != nil && pin == c && c != nil {
-			s.kill() // its MULTI or subscription cannot go on silently
-		}
-	}
+// newWaiter makes w the waiter of call i, sent on c: done answers it
+// (reply) and, once nothing is awaited and no state is held, gives the
+// pinned connection back. In a cluster, a MOVED or ASK is followed: cmd
+// goes again to the node named.
+func (s *Session) newWaiter(w *waiter, i int, c *conn, st step, reply func(int, []byte), cmd []string, proto int) *waiter {
+	*w = waiter{s: s, i: i, reply: reply, c: c, cmd: cmd, proto: proto,
+		pinned: st.pin, answer: st.answer, confirms: st.confirms, block: st.block}
 	return w
+}
+
+// done takes the waiter's reply frame, or the error that broke its
+// connection.
+func (w *waiter) done(f []byte, err error) {
+	s := w.s
+	if w.reply == nil {
+		return // nobody waits for it (MULTI sent ahead, ASKING)
+	}
+	if err == nil && s.g.cluster != nil && len(f) > 0 && f[0] == '-' && !w.pinned && s.follow(w, f) {
+		return
+	}
+	if err != nil {
+		s.g.errs.Add(1)
+		f = brokenFrame(err)
+	} else if w.answer != nil {
+		f = w.answer
+	}
+	s.mu.Lock()
+	s.out--
+	if s.out == 0 {
+		s.drained.Broadcast()
+	}
+	pin := s.pin
+	release := pin == w.c && s.out == 0 && !s.needsPin()
+	if release {
+		s.pin = nil
+	}
+	s.mu.Unlock()
+	if release {
+		s.g.unpin(pin, s.proto, err == nil)
+	}
+	w.reply(w.i, f)
+	if err != nil && pin == w.c && w.c != nil {
+		s.kill() // its MULTI or subscription cannot go on silently
+	}
 }
 
 // confirmed follows the client's subscriptions from the backend's
@@ -444,9 +460,9 @@ func (s *Session) sortReachesOwn(name string, args []string) (SortPattern, bool)
 	return SortPattern{}, false
 }
 
-// ownKey reports whether a command names one of rlproxy's own keys.
-func (s *Session) ownKey(args []string) bool {
-	for _, k := range Keys(args) {
+// ownKey reports whether one of a command's keys is one of rlproxy's.
+func (s *Session) ownKey(keys []string) bool {
+	for _, k := range keys {
 		if strings.HasPrefix(k, s.g.o.KeyPrefix) {
 			return true
 		}

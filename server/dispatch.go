@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/rlproxy/rlproxy/internal/oneline"
@@ -28,16 +29,11 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	s.drain.busy.Add(1)
 	defer s.drain.busy.Add(-1)
 	c.cmds = append(append(c.cmds[:0], cmd), conn.ReadPipeline()...)
-	calls := c.calls[:0]
-	for _, cmd := range c.cmds {
-		calls = append(calls, argStrings(cmd.Args))
-	}
+	calls := argStrings(c.calls[:0], c.cmds)
 	c.calls = calls
+	clear(c.cmds)
+	defer clear(c.calls)
 	s.seen(c, calls[len(calls)-1])
-	defer func() {
-		clear(c.cmds) // no reference into redcon's buffer outlives the call
-		clear(c.calls)
-	}()
 	q := c.replies
 	q.hold()
 	forwarded := false
@@ -102,23 +98,27 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	}
 }
 
-// argStrings copies a command's arguments into strings sharing one
-// allocation.
-func argStrings(args [][]byte) []string {
+// argStrings appends a pipeline's arguments to calls as strings, all in
+// one new array (forwarded commands keep theirs after the call, for
+// cluster redirections). The strings are views of redcon's bytes, not
+// copies: reading from a connection, redcon gives each command a copy
+// of its own (Command.Raw, which Args slice) and never writes it again,
+// and nothing in rlproxy writes an argument's bytes.
+func argStrings(calls [][]string, cmds []redcon.Command) [][]string {
 	n := 0
-	for _, a := range args {
-		n += len(a)
+	for _, cmd := range cmds {
+		n += len(cmd.Args)
 	}
-	buf := make([]byte, 0, n)
-	for _, a := range args {
-		buf = append(buf, a...)
+	all := make([]string, n)
+	for _, cmd := range cmds {
+		args := all[:len(cmd.Args):len(cmd.Args)]
+		all = all[len(cmd.Args):]
+		for j, a := range cmd.Args {
+			args[j] = unsafe.String(unsafe.SliceData(a), len(a))
+		}
+		calls = append(calls, args)
 	}
-	all := string(buf)
-	out := make([]string, len(args))
-	for i, a := range args {
-		out[i], all = all[:len(a)], all[len(a):]
-	}
-	return out
+	return calls
 }
 
 // batchable returns the command of a call that goes through its Batch

@@ -31,7 +31,8 @@ type Forwarder interface {
 type Session interface {
 	// Forward runs calls in order; reply(i, frame) gives call i's reply
 	// as a RESP frame exactly once, perhaps later on another goroutine;
-	// the gateway calls flush after a run of them.
+	// the gateway calls flush after a run of them. The frame is valid
+	// during the call only (it may be a view of a read buffer).
 	Forward(proto int, calls [][]string, reply func(i int, frame []byte))
 	// InMulti reports whether the client's MULTI is open.
 	InMulti() bool
@@ -219,7 +220,7 @@ func (s *Server) forward(c *client, calls [][]string) {
 			s.opts.Poller.Begin()
 		}
 		fwd.Forward(c.proto, calls[:n], func(i int, frame []byte) {
-			q.fillQuiet(first+uint64(i), rawFrame(frame))
+			q.fillFrame(first+uint64(i), frame)
 			s.opts.Poller.End()
 			s.drain.busy.Add(-1)
 		})

@@ -33,6 +33,7 @@ type replies struct {
 	out     []byte    // ready replies at the head, not yet written
 	spare   []byte
 	slots   []slot // after out, in order; slots[0] is not filled
+	slotMem []slot // the array slots starts in when it is empty
 	first   uint64 // the sequence number of slots[0]
 	open    int    // reserved slots not yet filled
 	openFwd int    // of which forwarded commands' (passthrough)
@@ -86,8 +87,16 @@ func (q *replies) add(v any, proto int) {
 func (q *replies) reserve(n, proto int, fwd bool) uint64 {
 	q.mu.Lock()
 	seq := q.first + uint64(len(q.slots))
+	if len(q.slots) == 0 {
+		// Filled slots leave from the front: start again at the front of
+		// the array rather than append past its end into a new one.
+		q.slots = q.slotMem[:0]
+	}
 	for range n {
 		q.slots = append(q.slots, slot{proto: proto, fwd: fwd})
+	}
+	if len(q.slots) == n {
+		q.slotMem = q.slots[:0]
 	}
 	q.open += n
 	if fwd {
@@ -109,7 +118,15 @@ func (q *replies) push(frame []byte) {
 // from a backend connection at once), so they go out in one write.
 func (q *replies) fillQuiet(seq uint64, v any) {
 	q.mu.Lock()
-	q.put(seq, v)
+	q.put(seq, v, nil)
+	q.mu.Unlock()
+}
+
+// fillFrame is fillQuiet for a reply already encoded (a forwarded
+// command's frame, copied: the caller may reuse it).
+func (q *replies) fillFrame(seq uint64, frame []byte) {
+	q.mu.Lock()
+	q.put(seq, nil, frame)
 	q.mu.Unlock()
 }
 
@@ -121,8 +138,8 @@ func (q *replies) write() {
 	q.mu.Unlock()
 }
 
-// put fills a slot (mu held).
-func (q *replies) put(seq uint64, v any) {
+// put fills a slot with v, or with frame when it is not nil (mu held).
+func (q *replies) put(seq uint64, v any, frame []byte) {
 	i := int(seq - q.first)
 	if i < 0 || i >= len(q.slots) || q.slots[i].filled {
 		return
@@ -132,8 +149,17 @@ func (q *replies) put(seq uint64, v any) {
 	if s.fwd {
 		q.openFwd--
 	}
-	if i == 0 {
+	switch {
+	case i == 0 && frame != nil:
+		q.out = append(q.out, frame...)
+	case i == 0:
 		q.out = appendReply(q.out, v, s.proto)
+	case frame != nil:
+		s.b, s.filled = append([]byte(nil), frame...), true
+	default:
+		s.b, s.filled = appendReply(nil, v, s.proto), true
+	}
+	if i == 0 {
 		q.slots[0] = slot{}
 		q.slots, q.first = q.slots[1:], q.first+1
 		for len(q.slots) > 0 && q.slots[0].filled {
@@ -141,8 +167,6 @@ func (q *replies) put(seq uint64, v any) {
 			q.slots[0] = slot{}
 			q.slots, q.first = q.slots[1:], q.first+1
 		}
-	} else {
-		s.b, s.filled = appendReply(nil, v, s.proto), true
 	}
 	q.changed.Broadcast()
 }
