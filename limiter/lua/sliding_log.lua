@@ -22,10 +22,16 @@ local function permits_of(member)
   return tonumber(string.match(member, ':(%d+)$'))
 end
 
--- The microsecond of an entry's latest grant (an older rlproxy's entry,
--- its millisecond below 1e14: the end of that millisecond).
+-- The number before an entry's colon: the microsecond of its latest
+-- grant, or (below 1e14) the millisecond of an older rlproxy's entry.
+local function stamp_of(member)
+  return tonumber(string.match(member, '^(%d+):'))
+end
+
+-- The microsecond of an entry's latest grant (an older rlproxy's entry:
+-- the end of its millisecond).
 local function granted_at(member)
-  local t = tonumber(string.match(member, '^(%d+):'))
+  local t = stamp_of(member)
   if t < 1e14 then return (t + 1) * 1000 end
   return t
 end
@@ -36,7 +42,7 @@ local function load()
   -- The clock may step back after a failover; time never runs backwards
   -- here (past the newest grant, or the start of an older rlproxy's ms).
   if newest[1] then
-    local t = tonumber(string.match(newest[1], '^(%d+):'))
+    local t = stamp_of(newest[1])
     if t < 1e14 then t = t * 1000 end
     if t > now_us then now_us = t end
   end
@@ -137,7 +143,7 @@ local function give(n)
     redis.call('ZREM', KEYS[2], newest[1])
     local back = math.min(p, n)
     if p > back then
-      redis.call('ZADD', KEYS[2], newest[2], string.match(newest[1], '^%d+') .. ':' .. string.format('%d', p - back))
+      redis.call('ZADD', KEYS[2], newest[2], string.format('%d:%d', stamp_of(newest[1]), p - back))
     end
     used = used - back
     n = n - back
