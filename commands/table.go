@@ -94,13 +94,16 @@ func (t *Table) Lookup(name string) *Command {
 	if len(name) > len(buf) {
 		return nil // longer than any command name
 	}
-	up := buf[:len(name)]
+	up, lower := buf[:len(name)], false
 	for i := range len(name) {
 		ch := name[i]
 		if 'a' <= ch && ch <= 'z' {
-			ch -= 'a' - 'A'
+			ch, lower = ch-('a'-'A'), true
 		}
 		up[i] = ch
+	}
+	if !lower {
+		return nil // already looked up as it is
 	}
 	return t.byName[string(up)] // a lookup by string(bytes) does not allocate
 }

@@ -27,9 +27,18 @@ func TestTableLookup(t *testing.T) {
 			t.Errorf("Lookup(%q) = nil", name)
 		}
 	}
-	for _, name := range []string{"", "PIN", "PINGS", "rl", "SETNAME", "CLIENT SETNAME"} {
+	// Names compare in ASCII, as Redis compares them: no Unicode folding
+	// ("ı" upper-cases to "I" in Go), nothing past the longest name.
+	for _, name := range []string{"", "PIN", "PINGS", "rl", "SETNAME", "CLIENT SETNAME", "pıng",
+		"ping" + string(make([]byte, 40))} {
 		if c := tab.Lookup(name); c != nil {
 			t.Errorf("Lookup(%q) = %s, want nil", name, c.Name)
+		}
+	}
+	// Run several times per request: no allocation, whatever the case.
+	for _, name := range []string{"PING", "rl.get", "unknown", "get"} {
+		if n := testing.AllocsPerRun(100, func() { tab.Lookup(name) }); n != 0 {
+			t.Errorf("Lookup(%q) allocates %v times", name, n)
 		}
 	}
 	var names []string
