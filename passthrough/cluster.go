@@ -105,16 +105,15 @@ var errCrossSlot = errorFrame("CROSSSLOT Keys in request don't hash to the same 
 
 // route returns the slot a command (naming keys) goes to in cluster
 // mode (-1: any primary), or the error frame that answers it.
-func route(name string, args, keys []string) (int, []byte) {
-	if keyspaceWide[name] || clusterOnly[name] ||
-		(name == "CLIENT" && len(args) > 1 && strings.EqualFold(args[1], "TRACKING")) {
+func route(cmd *command, args, keys []string) (int, []byte) {
+	if cmd.noCluster || (cmd.name == "CLIENT" && len(args) > 1 && strings.EqualFold(args[1], "TRACKING")) {
 		what := strings.ToLower(args[0])
-		if name == "CLIENT" {
+		if cmd.name == "CLIENT" {
 			what = "client|tracking"
 		}
 		return 0, errorFrame("ERR '" + what + "' is not supported by rlproxy in cluster mode")
 	}
-	if name == "SSUBSCRIBE" || name == "SUNSUBSCRIBE" {
+	if cmd.name == "SSUBSCRIBE" || cmd.name == "SUNSUBSCRIBE" {
 		keys = args[1:] // shard channels hash like keys
 	}
 	if len(keys) == 0 {

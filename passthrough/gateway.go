@@ -351,19 +351,91 @@ var refused = map[string]bool{
 	"SHUTDOWN": true, "DEBUG": true, "FAILOVER": true, "CLUSTER": true,
 }
 
+// command is what the gateway knows of one Redis command, from the
+// tables here and in keys.go, keyspecs.go, cluster.go and session.go. A
+// forwarded call finds it with one map lookup (commandOf), where reading
+// each table would cost one lookup each, about as much as the rest of the
+// call's path through the gateway.
+type command struct {
+	name      string // upper case
+	refused   bool
+	blocking  bool
+	movable   func([]string) []string // keys that move with the arguments
+	spec      *keySpec                // or fixed key positions
+	container bool                    // the subcommand decides the keys
+	unsub     string                  // an unsubscribe: the kind of subscription it ends
+	noCluster bool                    // refused in cluster mode
+}
+
+// commandsByName holds every command of the tables, by upper-case name
+// and by lower-case name (as most clients send them).
+var commandsByName = func() map[string]*command {
+	m := map[string]*command{}
+	get := func(name string) *command {
+		if m[name] == nil {
+			m[name] = &command{name: name}
+			m[strings.ToLower(name)] = m[name]
+		}
+		return m[name]
+	}
+	for name, spec := range keySpecs {
+		if !strings.Contains(name, "|") {
+			get(name).spec = &spec
+		}
+	}
+	for name, f := range movableKeys {
+		get(name).movable = f
+	}
+	for name := range containers {
+		get(name).container = true
+	}
+	for name := range refused {
+		get(name).refused = true
+	}
+	for name := range blocking {
+		get(name).blocking = true
+	}
+	for name, kind := range unsubscribes {
+		get(name).unsub = kind
+	}
+	for name := range keyspaceWide {
+		get(name).noCluster = true
+	}
+	for name := range clusterOnly {
+		get(name).noCluster = true
+	}
+	for _, name := range planned {
+		get(name)
+	}
+	return m
+}()
+
+// commandOf returns what the gateway knows of a call's command (args[0]):
+// of a command it has no table entry for, only its name.
+func commandOf(name string) *command {
+	if c := commandsByName[name]; c != nil {
+		return c
+	}
+	upper := strings.ToUpper(name)
+	if c := commandsByName[upper]; c != nil {
+		return c
+	}
+	return &command{name: upper}
+}
+
 // blocking are the commands that may block the connection.
 var blocking = map[string]bool{
 	"BLPOP": true, "BRPOP": true, "BLMOVE": true, "BRPOPLPUSH": true, "BLMPOP": true,
 	"BZPOPMIN": true, "BZPOPMAX": true, "BZMPOP": true, "WAIT": true, "WAITAOF": true,
 }
 
-// blocks reports whether a command may block: the blocking commands, and
-// XREAD/XREADGROUP with BLOCK.
-func blocks(name string, args []string) bool {
-	if blocking[name] {
+// blocks reports whether a call of cmd may block: the blocking commands,
+// and XREAD/XREADGROUP with BLOCK.
+func blocks(cmd *command, args []string) bool {
+	if cmd.blocking {
 		return true
 	}
-	if name == "XREAD" || name == "XREADGROUP" {
+	if cmd.name == "XREAD" || cmd.name == "XREADGROUP" {
 		for _, a := range args[1:] {
 			if strings.EqualFold(a, "BLOCK") {
 				return true

@@ -17,45 +17,25 @@ var containers = map[string]bool{"OBJECT": true, "MEMORY": true, "XINFO": true, 
 // (EVAL's numkeys, XREAD's STREAMS, SORT's STORE, ...) by reading them.
 // A command it does not know names no keys.
 func Keys(args []string) []string {
-	return appendKeys(nil, upper(args[0]), args)
+	return appendKeys(nil, commandOf(args[0]), args)
 }
 
-// upper returns a command's name in upper case. Clients often send
-// names in lower case: for Redis's commands that costs no allocation.
-func upper(name string) string {
-	if u, ok := upperNames[name]; ok {
-		return u
+// appendKeys appends the keys of a call of cmd to dst: with room in dst,
+// a command of fixed key positions costs no allocation.
+func appendKeys(dst []string, cmd *command, args []string) []string {
+	if cmd.movable != nil {
+		return append(dst, cmd.movable(args)...)
 	}
-	return strings.ToUpper(name)
-}
-
-// upperNames maps the lower-case names of the commands of keySpecs and
-// movableKeys to their upper-case names.
-var upperNames = func() map[string]string {
-	m := map[string]string{}
-	for name := range keySpecs {
-		if !strings.Contains(name, "|") {
-			m[strings.ToLower(name)] = name
+	spec := cmd.spec
+	if cmd.container { // the keys are its subcommand's
+		spec = nil
+		if len(args) > 1 {
+			if sub, ok := keySpecs[cmd.name+"|"+strings.ToUpper(args[1])]; ok {
+				spec = &sub
+			}
 		}
 	}
-	for name := range movableKeys {
-		m[strings.ToLower(name)] = name
-	}
-	return m
-}()
-
-// appendKeys appends the keys of a call (name: its upper-case name) to
-// dst: with room in dst, a command of fixed key positions costs no
-// allocation.
-func appendKeys(dst []string, name string, args []string) []string {
-	if f := movableKeys[name]; f != nil {
-		return append(dst, f(args)...)
-	}
-	if containers[name] && len(args) > 1 {
-		name += "|" + strings.ToUpper(args[1])
-	}
-	spec, ok := keySpecs[name]
-	if !ok {
+	if spec == nil {
 		return dst
 	}
 	return appendRange(dst, args, spec.first, spec.last, spec.step)

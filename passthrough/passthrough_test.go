@@ -75,6 +75,51 @@ func FuzzNextFrame(f *testing.F) {
 	})
 }
 
+// TestCommandOf checks the one table a forwarded call is looked up in
+// against the tables it is made of, in either case, and that a known
+// command costs no allocation.
+func TestCommandOf(t *testing.T) {
+	for _, name := range []string{"get", "GET", "Get"} {
+		if c := commandOf(name); c.name != "GET" || c.spec == nil || *c.spec != keySpecs["GET"] {
+			t.Errorf("commandOf(%q) = %+v", name, c)
+		}
+	}
+	for name := range refused {
+		if !commandOf(strings.ToLower(name)).refused {
+			t.Errorf("%s: not refused", name)
+		}
+	}
+	for name := range blocking {
+		if !commandOf(strings.ToLower(name)).blocking {
+			t.Errorf("%s: not blocking", name)
+		}
+	}
+	for name, kind := range unsubscribes {
+		if got := commandOf(name).unsub; got != kind {
+			t.Errorf("%s: ends %q, want %q", name, got, kind)
+		}
+	}
+	for name := range keyspaceWide {
+		if !commandOf(name).noCluster {
+			t.Errorf("%s: allowed in cluster mode", name)
+		}
+	}
+	if c := commandOf("eval"); c.movable == nil {
+		t.Error("eval: no movable keys")
+	}
+	if c := commandOf("object"); !c.container {
+		t.Error("object: not a container")
+	}
+	if c := commandOf("fooBar"); c.name != "FOOBAR" || c.refused || c.spec != nil || c.movable != nil {
+		t.Errorf("unknown command: %+v", c)
+	}
+	for _, name := range []string{"get", "SET", "multi", "blpop"} {
+		if n := testing.AllocsPerRun(100, func() { commandOf(name) }); n != 0 {
+			t.Errorf("commandOf(%q) allocates %v times", name, n)
+		}
+	}
+}
+
 // TestKeysAsRedisFindsThem compares Keys with COMMAND GETKEYS of a real
 // redis-server, for commands with fixed key positions and for those
 // whose keys move with their arguments.

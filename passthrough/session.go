@@ -116,12 +116,13 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 	var keyBuf [4]string // a call's keys, most often one
 	b.cmds, b.ws = make([][]string, 0, len(calls)), make([]*waiter, 0, len(calls))
 	for i, args := range calls {
-		name := upper(args[0])
-		if refused[name] {
+		cmd := commandOf(args[0])
+		name := cmd.name
+		if cmd.refused {
 			reply(i, errorFrame("ERR '"+strings.ToLower(args[0])+"' is not supported by rlproxy"))
 			continue
 		}
-		keys := appendKeys(keyBuf[:0], name, args)
+		keys := appendKeys(keyBuf[:0], cmd, args)
 		if s.g.o.KeyPrefix != "" && s.ownKey(keys) {
 			reply(i, noPermFrame)
 			continue
@@ -131,7 +132,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			continue
 		}
 		s.mu.Lock()
-		step := s.plan(name, args)
+		step := s.plan(cmd, args)
 		if step.block && s.g.stopped() != nil {
 			step.local = brokenFrame(s.g.stopped())
 		}
@@ -142,7 +143,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		}
 		addr := s.g.dial.addr
 		if s.g.cluster != nil {
-			slot, refusal := route(name, args, keys)
+			slot, refusal := route(cmd, args, keys)
 			if refusal != nil {
 				s.mu.Unlock()
 				reply(i, refusal)
@@ -178,12 +179,12 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			b.ws = append(b.ws, &waiter{s: s})
 			step.pin = true
 		}
-		cmd := args
+		sent := args
 		if step.send != nil {
-			cmd = step.send
+			sent = step.send
 		}
-		b.cmds = append(b.cmds, cmd)
-		b.ws = append(b.ws, s.newWaiter(&ws[i], i, target, step, reply, cmd, proto))
+		b.cmds = append(b.cmds, sent)
+		b.ws = append(b.ws, s.newWaiter(&ws[i], i, target, step, reply, sent, proto))
 		s.g.forwarded.Add(1)
 		if step.block {
 			b.flush()
@@ -205,9 +206,15 @@ type step struct {
 	block    bool     // a blocking command
 }
 
-// plan decides what a command does (s.mu held).
-func (s *Session) plan(name string, args []string) step {
+// planned are the commands plan looks at by name (in commandsByName, so
+// that one sent in lower case is found without upper-casing it).
+var planned = []string{"SELECT", "CLIENT", "MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH",
+	"SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE"}
+
+// plan decides what a call of cmd does (s.mu held).
+func (s *Session) plan(cmd *command, args []string) step {
 	pinned := s.pin != nil
+	name := cmd.name
 	switch name {
 	case "SELECT":
 		n, err := strconv.Atoi(args[min(1, len(args)-1)])
@@ -260,14 +267,14 @@ func (s *Session) plan(name string, args []string) step {
 	case "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE":
 		return step{pin: true, confirms: max(len(args)-1, 1)}
 	}
-	if kind, ok := unsubscribes[name]; ok {
+	if kind := cmd.unsub; kind != "" {
 		n := len(args) - 1
 		if n == 0 {
 			n = max(len(s.subs[kind]), 1)
 		}
 		return step{pin: true, confirms: n}
 	}
-	if blocks(name, args) {
+	if blocks(cmd, args) {
 		return step{pin: true, block: true}
 	}
 	return step{pin: pinned}
