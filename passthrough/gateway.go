@@ -386,23 +386,22 @@ var commandsByName = func() map[string]*command {
 	for name, f := range movableKeys {
 		get(name).movable = f
 	}
-	for name := range containers {
-		get(name).container = true
-	}
-	for name := range refused {
-		get(name).refused = true
-	}
-	for name := range blocking {
-		get(name).blocking = true
-	}
 	for name, kind := range unsubscribes {
 		get(name).unsub = kind
 	}
-	for name := range keyspaceWide {
-		get(name).noCluster = true
-	}
-	for name := range clusterOnly {
-		get(name).noCluster = true
+	for _, t := range []struct {
+		names map[string]bool
+		mark  func(*command)
+	}{
+		{containers, func(c *command) { c.container = true }},
+		{refused, func(c *command) { c.refused = true }},
+		{blocking, func(c *command) { c.blocking = true }},
+		{keyspaceWide, func(c *command) { c.noCluster = true }},
+		{clusterOnly, func(c *command) { c.noCluster = true }},
+	} {
+		for name := range t.names {
+			t.mark(get(name))
+		}
 	}
 	for _, name := range planned {
 		get(name)
