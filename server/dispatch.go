@@ -31,7 +31,7 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	c.cmds = append(append(c.cmds[:0], cmd), conn.ReadPipeline()...)
 	calls := argStrings(c.calls[:0], c.cmds)
 	c.calls = calls
-	clear(c.cmds)
+	clear(c.cmds) // calls keep what they need of them
 	defer clear(c.calls)
 	s.seen(c, calls[len(calls)-1])
 	q := c.replies
@@ -102,8 +102,9 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 // one new array (forwarded commands keep theirs after the call, for
 // cluster redirections). The strings are views of redcon's bytes, not
 // copies: reading from a connection, redcon gives each command a copy
-// of its own (Command.Raw, which Args slice) and never writes it again,
-// and nothing in rlproxy writes an argument's bytes.
+// of its own (Command.Raw, which Args slice) and never writes it again
+// (TestArgStringsOutliveTheReadBuffer fails on a redcon that would), and
+// nothing in rlproxy writes an argument's bytes.
 func argStrings(calls [][]string, cmds []redcon.Command) [][]string {
 	n := 0
 	for _, cmd := range cmds {
