@@ -43,7 +43,9 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 					}
 					return l
 				}
-				asks := []limiter.Ask{ask(1), ask(1), ask(2), ask(1), ask(1), ask(1)}
+				// The last two may wait (RL.ACQUIRE ... TIMEOUT): a bucket
+				// books ahead for them, as alone.
+				asks := []limiter.Ask{ask(1), ask(1), ask(2), ask(1), ask(1), ask(1), askWait(1, 2*time.Hour), askWait(1, 2*time.Hour)}
 				var names []limiter.NameAsks
 				var twins []*lim
 				for i, used := range []int{3, 0, 9, 3, 10, 4, 5, 3} {
@@ -341,6 +343,13 @@ func TestNamesMultiLimit(t *testing.T) {
 				if granted != 6 {
 					t.Errorf("%d asks granted over the 4 names, want 6 (the minute's limit of 3 decides)", granted)
 				}
+				// An ask that may wait (RL.ACQUIRE ... TIMEOUT) is decided
+				// as alone too: a bucket books it ahead in every limit.
+				wait := []limiter.Ask{askWait(1, 2*time.Hour)}
+				for i := range names {
+					names[i].Asks = wait
+				}
+				sameAsAlone(t, r.names(t, script, conf, names, mode == "cluster"), twins, conf, wait)
 			})
 		}
 	}

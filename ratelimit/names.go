@@ -12,7 +12,8 @@ import (
 // Requests for different names of one policy on one node are decided by
 // one script call (names.lua), the way concurrent requests for one
 // sub-limiter are: they are coalesced by node and policy, not by name.
-// Only for what the names script serves: one shard, no waiting. On a
+// Only for what the names script serves: one shard (an ask that may wait
+// is booked ahead there as alone, then held by the waiting code). On a
 // Redis Cluster, by the master that serves each name's slot: a script
 // declares the first name's keys and is told the others' (each name has a
 // slot of its own), running with allow-cross-slot-keys (Redis 7). A name
@@ -30,7 +31,7 @@ type nameAsk struct {
 // namesCall returns the call that decides r on e's shard 0 together with
 // other names of e's policy, or false when the names script cannot.
 func (l *Limiters) namesCall(e *entry, r Request, rt *route) (coalesce.Call[nameAsk, answer], bool) {
-	if e.policy == nil || e.Shards != 1 || r.MaxWait != 0 || (l.cluster && l.noCrossSlot.Load()) {
+	if e.policy == nil || e.Shards != 1 || (l.cluster && l.noCrossSlot.Load()) {
 		return coalesce.Call[nameAsk, answer]{}, false
 	}
 	script := l.scripts.Names(e.Config, l.cluster)
@@ -44,7 +45,7 @@ func (l *Limiters) namesCall(e *entry, r Request, rt *route) (coalesce.Call[name
 	}
 	return coalesce.Call[nameAsk, answer]{
 		Key:  key,
-		Item: nameAsk{keys: rt.keys, ask: limiter.Ask{Permits: r.Permits}},
+		Item: nameAsk{keys: rt.keys, ask: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}},
 		Run:  l.runNames(rt.node, script, conf),
 	}, true
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -549,6 +550,60 @@ func TestPolicyNamesShareScriptCalls(t *testing.T) {
 				t.Errorf("%d script calls for %d acquires over 50 names: names are not decided together", scripts, 600*tc.clients)
 			}
 		})
+	}
+}
+
+// Waiting acquires (TIMEOUT) of many names of a policy share script calls
+// too, and wait as alone: a bucket books each name's permits ahead, in
+// order, and the reply comes at the booking's time.
+func TestPolicyWaitersShareScriptCalls(t *testing.T) {
+	t.Parallel()
+	h := start(t)
+	h.Do(t, "RL.POLICY", "SET", "w:*", 4, "1s").Equal(int64(1)) // one permit every 250 ms, burst 4
+	backend := redis.NewClient(&redis.Options{Addr: h.backend.Addr(), Protocol: 2})
+	defer backend.Close()
+	resetBackendStats(t, backend)
+	// 50 names, each asked 6 times at once by its own 6 clients, all
+	// waiting up to 2 s: 4 at once, then one at about 250 and 500 ms.
+	const names, each = 50, 6
+	rdb := h.client(t, func(o *redis.Options) { o.PoolSize = names * each })
+	begin := time.Now()
+	late := make([][]time.Duration, names)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for n := range names {
+		for range each {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				v, err := rdb.Do(context.Background(), "RL.ACQUIRE", fmt.Sprintf("w:%d", n), "TIMEOUT", 2000).Slice()
+				took := time.Since(begin)
+				if err != nil || v[0] != int64(1) {
+					t.Errorf("w:%d: %v %v, want a grant", n, v, err)
+					return
+				}
+				mu.Lock()
+				late[n] = append(late[n], took)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	for n, took := range late {
+		slices.Sort(took)
+		// The 6th permit of a name cannot come before two refills (500 ms).
+		if len(took) == each && took[each-1] < 450*time.Millisecond {
+			t.Errorf("w:%d: the 6th grant came after %v, before its permit refilled", n, took[each-1])
+		}
+	}
+	calls := backendCalls(t, backend)
+	scripts := calls["evalsha"] + calls["eval"]
+	t.Logf("%d waiting acquires over %d names: %d script calls", names*each, names, scripts)
+	// Fewer calls than names (5–17 here; 150 when each name's asks were
+	// decided apart). That each ask is booked by its first call, not
+	// denied and asked again, TestNamesDecideEachNameAsAlone checks.
+	if scripts >= names {
+		t.Errorf("%d script calls for %d waiting acquires over %d names: names are not decided together", scripts, names*each, names)
 	}
 }
 

@@ -1,5 +1,5 @@
 -- names.lua: acquires for many names a policy governs, on one node, in one
--- call (each name one sub-limiter, no waiting). Built after prelude.lua
+-- call (each name one sub-limiter). Built after prelude.lua
 -- (ARGV[2] is the policy's config, so rate, interval and burst are the
 -- policy's), an algorithm file wrapped as new_limit(rate, interval,
 -- burst, KEYS), and for a policy of several limits multi.lua's new_multi
@@ -12,8 +12,8 @@
 -- ARGV[4]  how many of the names' keys follow in ARGV, not KEYS (a
 --          Redis Cluster: 0 on a standalone node), then those keys
 -- ARGV[..] per name: its number of runs, then each run as in prelude.lua
---           (permits, max_wait_ms = 0, count); or, for a name asked once
---           (the usual case), minus the permits asked, alone
+--           (permits, max_wait_ms, count); or, for a name asked once
+--           without waiting (the usual case), minus the permits asked, alone
 -- Reply: {0, epoch, per name: 0 and 8 integers per run as prelude.lua
 --        describes (asked once: 4, granted, remaining, retry_after_us,
 --        reset_after_us, of the grant or the denial), or 2 when the name
@@ -120,11 +120,11 @@ while a <= #ARGV do
     out[#out + 1] = 0
     l.load()
     for _ = 1, runs do
-      local n, count = 0, 1
+      local n, wait_us, count = 0, 0, 1
       if single then
         n = -tonumber(ARGV[a - 1])
       else
-        n, count = tonumber(ARGV[a]), tonumber(ARGV[a + 2])
+        n, wait_us, count = tonumber(ARGV[a]), tonumber(ARGV[a + 1]) * 1000, tonumber(ARGV[a + 2])
         a = a + 3
       end
       local o = #out
@@ -141,7 +141,7 @@ while a <= #ARGV do
         out[o + 4] = us(reset_us)
       else
         out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
-          decide_run(l.try, l.try_run, l.capacity, l.available, n, 0, count)
+          decide_run(l.try, l.try_run, l.capacity, l.available, n, wait_us, count)
       end
     end
     l.save()
