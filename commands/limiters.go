@@ -100,8 +100,8 @@ func (h *handlers) acquire(ctx context.Context, c Caller, args []string) (any, e
 // decided after every request before it, and holds the ones after it, as
 // a blocking command does.
 func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string, reply func(int, any)) {
-	var now []ratelimit.Request
-	var at []int // the call index of each request in now
+	now := make([]ratelimit.Request, 0, len(calls))
+	at := make([]int, 0, len(calls)) // the call index of each request in now
 	flush := func(wait bool) {
 		if len(now) == 0 {
 			return

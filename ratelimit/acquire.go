@@ -95,9 +95,11 @@ func (l *Limiters) Go(ctx context.Context, reqs []Request, done func(i int, o Ou
 		case way == fullPath:
 			rest = append(rest, i)
 		case t.names != nil:
-			ntries, nat, ncalls = append(ntries, t), append(nat, i), append(ncalls, *t.names)
+			left := len(reqs) - i
+			ntries, nat, ncalls = add(ntries, t, left), add(nat, i, left), add(ncalls, *t.names, left)
 		default:
-			tries, at, calls = append(tries, t), append(at, i), append(calls, t.call)
+			left := len(reqs) - i
+			tries, at, calls = add(tries, t, left), add(at, i, left), add(calls, t.call, left)
 		}
 	}
 	for j, i := range rest {
@@ -125,6 +127,15 @@ func (l *Limiters) Go(ctx context.Context, reqs []Request, done func(i int, o Ou
 	if len(ncalls) > 0 {
 		l.names.GoAll(ncalls, settled(ntries, nat))
 	}
+}
+
+// add appends v to s, making room for n at the first append: a batch's
+// slices take one allocation each, not one per doubling.
+func add[T any](s []T, v T, n int) []T {
+	if s == nil {
+		s = make([]T, 0, n)
+	}
+	return append(s, v)
 }
 
 // firstTry is a request's first try: one sub-limiter, picked at random,
