@@ -173,7 +173,8 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 		return firstTry{}, Outcome{}, fullPath // the full path walks past dead shards
 	}
 	if nc, ok := l.namesCall(e, r, rt); ok {
-		return firstTry{e: e, shard: shard, names: &nc}, Outcome{}, batched
+		names := nc // its own variable: only a names call costs an allocation
+		return firstTry{e: e, shard: shard, names: &names}, Outcome{}, batched
 	}
 	return firstTry{e: e, shard: shard, call: coalesce.Call[limiter.Ask, answer]{
 		Key: rt.batchKey, Item: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, Run: rt.run,
