@@ -56,8 +56,9 @@ type policy struct {
 	pattern string // "user:*"
 	limiter.Stored
 	counts *policyCounts
-	hashes string // prefix of the generation hashes of its names' state ("": keys)
-	genMs  int64  // their generations' length
+	hashes string   // prefix of the generation hashes of its names' state ("": keys)
+	genMs  int64    // their generations' length
+	args   []string // arg of each shard, made once the policy is complete (newPolicySet)
 }
 
 // policyCounts are a policy's decisions, kept across its changes.
@@ -76,8 +77,16 @@ func (p *policy) prefix() string { return strings.TrimSuffix(p.pattern, "*") }
 
 // arg is ARGV[2] of a script call on one shard of a name p governs:
 // "=epoch sub_rate interval_ms sub_burst [sub_limits]", or with state in
-// hashes "#hashes gen_ms epoch ..." (prelude.lua).
+// hashes "#hashes gen_ms epoch ..." (prelude.lua). Every request for a
+// governed name sends it: a policy in use has it made once.
 func (p *policy) arg(shard int) string {
+	if shard < len(p.args) {
+		return p.args[shard]
+	}
+	return p.makeArg(shard)
+}
+
+func (p *policy) makeArg(shard int) string {
 	n := p.Shards
 	b := make([]byte, 0, 128)
 	if p.hashes != "" {
@@ -170,6 +179,10 @@ type policySet struct {
 func newPolicySet(version string, ps []*policy) *policySet {
 	s := &policySet{version: version, byPat: map[string]*policy{}, byLen: map[int]map[string]*policy{}}
 	for _, p := range ps {
+		p.args = make([]string, p.Shards)
+		for shard := range p.args {
+			p.args[shard] = p.makeArg(shard)
+		}
 		s.byPat[p.pattern] = p
 		n := len(p.prefix())
 		if s.byLen[n] == nil {
