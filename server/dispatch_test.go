@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"testing"
 
 	"github.com/tidwall/redcon"
@@ -21,7 +20,7 @@ func TestArgStringsOutliveTheReadBuffer(t *testing.T) {
 	for i := range n {
 		fmt.Fprintf(&in, "*2\r\n$3\r\nGET\r\n$12\r\nkey:%08d\r\n", i) // 32 bytes
 	}
-	rd := redcon.NewReader(&chunks{in.Bytes(), 32})
+	rd := redcon.NewReader(&chunked{in.Bytes(), 32})
 	var calls [][]string
 	for len(calls) < n {
 		cmds, err := rd.ReadCommands()
@@ -37,17 +36,3 @@ func TestArgStringsOutliveTheReadBuffer(t *testing.T) {
 	}
 }
 
-// chunks reads size bytes at a time.
-type chunks struct {
-	b    []byte
-	size int
-}
-
-func (c *chunks) Read(p []byte) (int, error) {
-	if len(c.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p[:min(len(p), c.size)], c.b)
-	c.b = c.b[n:]
-	return n, nil
-}
