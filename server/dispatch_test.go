@@ -35,4 +35,3 @@ func TestArgStringsOutliveTheReadBuffer(t *testing.T) {
 		}
 	}
 }
-
