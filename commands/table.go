@@ -90,17 +90,14 @@ func (t *Table) Lookup(name string) *Command {
 	if c := t.byName[name]; c != nil {
 		return c
 	}
-	var buf [32]byte
-	if len(name) > len(buf) {
-		return nil // longer than any command name
-	}
-	up, lower := buf[:len(name)], false
+	var buf [32]byte // room for every command's name: no allocation
+	up, lower := buf[:0], false
 	for i := range len(name) {
 		ch := name[i]
 		if 'a' <= ch && ch <= 'z' {
 			ch, lower = ch-('a'-'A'), true
 		}
-		up[i] = ch
+		up = append(up, ch)
 	}
 	if !lower {
 		return nil // already looked up as it is

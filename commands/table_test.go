@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/rlproxy/rlproxy/limiter"
@@ -21,14 +22,15 @@ func testCommands() []Command {
 }
 
 func TestTableLookup(t *testing.T) {
-	tab := NewTable(testCommands(), []Command{{Name: "RL.GET", Arity: 2, KeyPos: 1}})
-	for _, name := range []string{"PING", "ping", "PiNg", "client", "rl.get", "RL.Get"} {
+	long := "RL.A-COMMAND-NAME-LONGER-THAN-32-BYTES"
+	tab := NewTable(testCommands(), []Command{{Name: "RL.GET", Arity: 2, KeyPos: 1}, {Name: long, Arity: 1}})
+	for _, name := range []string{"PING", "ping", "PiNg", "client", "rl.get", "RL.Get", strings.ToLower(long)} {
 		if tab.Lookup(name) == nil {
 			t.Errorf("Lookup(%q) = nil", name)
 		}
 	}
 	// Names compare in ASCII, as Redis compares them: no Unicode folding
-	// ("ı" upper-cases to "I" in Go), nothing past the longest name.
+	// ("ı" upper-cases to "I" in Go).
 	for _, name := range []string{"", "PIN", "PINGS", "rl", "SETNAME", "CLIENT SETNAME", "pıng",
 		"ping" + string(make([]byte, 40))} {
 		if c := tab.Lookup(name); c != nil {
@@ -45,7 +47,7 @@ func TestTableLookup(t *testing.T) {
 	for _, c := range tab.All() {
 		names = append(names, c.Name)
 	}
-	if want := []string{"CLIENT", "ECHO", "PING", "RL.GET"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"CLIENT", "ECHO", "PING", long, "RL.GET"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("All() = %v, want %v", names, want)
 	}
 
