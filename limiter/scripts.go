@@ -142,8 +142,8 @@ func (s *Scripts) All() []*redis.Script {
 }
 
 // Names returns the script that decides acquires for many names of one
-// policy of config c on one node in one call (names.lua: one shard, no
-// waiting), or nil for an algorithm without one. crossSlot picks the
+// policy of config c on one node in one call (names.lua: one shard), or
+// nil for an algorithm without one. crossSlot picks the
 // Redis Cluster's (see NamesArgs).
 func (s *Scripts) Names(c Config, crossSlot bool) *redis.Script {
 	multi := len(c.Limits.List()) > 0

@@ -78,13 +78,9 @@ func (p *policy) prefix() string { return strings.TrimSuffix(p.pattern, "*") }
 // arg is ARGV[2] of a script call on one shard of a name p governs:
 // "=epoch sub_rate interval_ms sub_burst [sub_limits]", or with state in
 // hashes "#hashes gen_ms epoch ..." (prelude.lua). Every request for a
-// governed name sends it: a policy in use has it made once.
-func (p *policy) arg(shard int) string {
-	if shard < len(p.args) {
-		return p.args[shard]
-	}
-	return p.makeArg(shard)
-}
+// governed name sends it, so newPolicySet makes it once (makeArg): a
+// policy governs names only from a set.
+func (p *policy) arg(shard int) string { return p.args[shard] }
 
 func (p *policy) makeArg(shard int) string {
 	n := p.Shards
@@ -176,6 +172,8 @@ type policySet struct {
 	byLen   map[int]map[string]*policy // by prefix length, by prefix
 }
 
+// newPolicySet indexes ps by prefix and makes each one's script
+// arguments (arg).
 func newPolicySet(version string, ps []*policy) *policySet {
 	s := &policySet{version: version, byPat: map[string]*policy{}, byLen: map[int]map[string]*policy{}}
 	for _, p := range ps {

@@ -35,7 +35,7 @@ func TestPolicyStoredRoundTrip(t *testing.T) {
 				}
 				want += fmt.Sprintf("%s%d:%d", sep, sub.Limits[i], l.Interval.Milliseconds())
 			}
-			if got := p.arg(sub.Shard); got != want {
+			if got := p.makeArg(sub.Shard); got != want {
 				t.Errorf("shard %d: arg %q, want %q", sub.Shard, got, want)
 			}
 		}
