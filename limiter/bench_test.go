@@ -124,7 +124,10 @@ func BenchmarkKeysScript(b *testing.B) {
 // what pipelines of 16 from 50 clients gather) drawn from 10,000, each
 // asked once: the figure the per-name path is judged by. Reported as
 // redis-µs/name (INFO used_cpu_user + used_cpu_sys), for a policy's state
-// kept as keys and as fields of its generation hashes.
+// kept as keys and as fields of its generation hashes, in decimals and
+// packed; at make bench's rate (a billion per second: each name's bucket
+// is empty again at its next ask) and at 100 per hour (levels are
+// fractions).
 func BenchmarkNamesRedisCPU(b *testing.B) {
 	srv := redistest.StartServer(b)
 	rdb := srv.Client(b)
@@ -134,6 +137,9 @@ func BenchmarkNamesRedisCPU(b *testing.B) {
 	for _, c := range []struct{ name, conf string }{
 		{"keys", "=e1 1000000000 1000 1000000000"},
 		{"hashes", "#rl:{policies}:s:e1.1001 1001 e1 1000000000 1000 1000000000"},
+		{"packed", "#rl:{policies}:s:e1.1001p 1001p e1 1000000000 1000 1000000000"},
+		{"hashes-100h", "#rl:{policies}:s:e1.36000001 36000001 e1 100 3600000 100"},
+		{"packed-100h", "#rl:{policies}:s:e1.36000001p 36000001p e1 100 3600000 100"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			script := scripts.Names(limiter.Config{Algo: limiter.TokenBucket}, false)

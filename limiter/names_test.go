@@ -1,7 +1,12 @@
 package limiter_test
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,16 +20,17 @@ import (
 // state with one MGET, so state must not leak from one name to the next.
 // Names start at different levels; twins (m:*) are decided one by one.
 // An explicit limiter among them (its own config key) is left alone.
-// Both ways a policy's names keep string state are checked: keys, and
-// fields of the policy's generation hashes ('#', prelude.lua); and keys
-// as a Redis Cluster's names call tells them (in ARGV, each name read
-// alone: the "cluster" mode).
+// Every way a policy's names keep string state is checked: keys, and
+// fields of the policy's generation hashes ('#', prelude.lua), in
+// decimals or packed; and keys as a Redis Cluster's names call tells
+// them (in ARGV, each name read alone: the "cluster" mode).
 func TestNamesDecideEachNameAsAlone(t *testing.T) {
 	r := newRig(t)
 	confs := map[string]string{ // a policy's 10 per hour, burst 10
 		"keys":    "=e1 10 3600000 10",
 		"cluster": "=e1 10 3600000 10",
 		"hashes":  "#rl:{policies}:s:e1.7200001 7200001 e1 10 3600000 10", // generations as long as two windows
+		"packed":  "#rl:{policies}:s:e1.7200001p 7200001p e1 10 3600000 10",
 	}
 	for _, algo := range limiter.Algos {
 		for mode, conf := range confs {
@@ -32,7 +38,8 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 			if script == nil {
 				continue
 			}
-			if mode == "hashes" && !algo.StringState() {
+			inHashes := mode == "hashes" || mode == "packed"
+			if inHashes && !algo.StringState() {
 				continue
 			}
 			t.Run(string(algo)+"/"+mode, func(t *testing.T) {
@@ -62,10 +69,13 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 				before := r.state(t, x.keys()[1])
 
 				reps := r.names(t, script, conf, names, mode == "cluster")
-				if mode == "hashes" {
+				if inHashes {
 					for _, n := range names {
 						if ex, _ := r.rdb.Exists(t.Context(), n.Keys[1]).Result(); ex != 0 || r.state(t, n.Keys[1]) == "" && n.Keys[0] != x.keys()[0] {
 							t.Errorf("%s: not a field of a generation hash (a key: %v)", n.Keys[1], ex != 0)
+						}
+						if v := r.state(t, n.Keys[1]); v != "" && (mode == "packed") == decimalState.MatchString(v) {
+							t.Errorf("%s mode keeps state %q", mode, v)
 						}
 					}
 				}
@@ -106,6 +116,10 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 		}
 	}
 }
+
+// decimalState is a string state written in decimals ("level:ts",
+// "start:prev:cur"); a packed one is 16 or 24 bytes of doubles.
+var decimalState = regexp.MustCompile(`^[-+.0-9e]+(:[-+.0-9e]+){1,2}$`)
 
 // sameAsAlone checks that each name's replies in a names call (reps) are
 // what its twin's own script call decides for the same asks, and returns
@@ -311,6 +325,7 @@ func TestNamesMultiLimit(t *testing.T) {
 		"keys":    "=e1 10 3600000 10 3:60000",
 		"cluster": "=e1 10 3600000 10 3:60000",
 		"hashes":  "#rl:{policies}:s:e1.7200001 7200001 e1 10 3600000 10 3:60000",
+		"packed":  "#rl:{policies}:s:e1.7200001p 7200001p e1 10 3600000 10 3:60000",
 	}
 	for _, algo := range []limiter.Algo{limiter.TokenBucket, limiter.FixedWindow, limiter.SlidingWindow} {
 		c := multi(limiter.Config{Algo: algo, Rate: 10, Interval: time.Hour, Burst: 10, Shards: 1, Mode: limiter.Overall},
@@ -413,5 +428,79 @@ func TestNamesOnCluster(t *testing.T) {
 	}
 	if n, err := cc.Exists(ctx, awayKeys[1]).Result(); err != nil || n != 0 {
 		t.Errorf("%s: its state exists %d (%v), want nothing written", away, n, err)
+	}
+}
+
+// A packed state decides exactly as the same state in decimals: two
+// names of one policy's shape, one kept each way, take the same asks —
+// acquires that fit, that do not, that wait (booked ahead), a charge into
+// debt and a release — and answer alike, for every string-state
+// algorithm. The states they leave hold the same numbers.
+func TestPackedStateDecidesAsDecimal(t *testing.T) {
+	r := newRig(t)
+	const (
+		decimal = "#rl:{policies}:s:e1.7200001 7200001 e1 10 3600000 10"
+		packed  = "#rl:{policies}:s:e1.7200001p 7200001p e1 10 3600000 10"
+	)
+	type op struct {
+		op   limiter.Op
+		asks []limiter.Ask
+	}
+	ops := []op{
+		{limiter.OpAcquire, []limiter.Ask{ask(3)}},
+		{limiter.OpAcquire, []limiter.Ask{ask(1), ask(2), ask(4), ask(1)}},
+		{limiter.OpAcquire, []limiter.Ask{ask(11)}}, // over capacity
+		{limiter.OpAcquire, []limiter.Ask{askWait(2, time.Hour), askWait(1, time.Hour)}},
+		{limiter.OpRelease, []limiter.Ask{ask(2)}},
+		{limiter.OpCharge, []limiter.Ask{ask(4)}},
+		{limiter.OpAcquire, []limiter.Ask{ask(1)}},
+		{limiter.OpPeek, nil},
+	}
+	for _, algo := range limiter.Algos {
+		if !algo.StringState() || algo == limiter.Concurrency {
+			continue
+		}
+		t.Run(string(algo), func(t *testing.T) {
+			d, p := r.open(t, "d"+string(algo), algo, "e1"), r.open(t, "p"+string(algo), algo, "e1")
+			args := func(conf string, o op) []any {
+				switch o.op {
+				case limiter.OpAcquire:
+					return limiter.AcquireArgs(conf, o.asks)
+				case limiter.OpCharge:
+					return limiter.ChargeArgs(conf, o.asks[0].Permits)
+				case limiter.OpRelease:
+					return limiter.Args(o.op, conf, o.asks[0].Permits)
+				}
+				return limiter.Args(o.op, conf)
+			}
+			for i, o := range ops {
+				got, want := p.call(o.op, o.asks, args(packed, o)), d.call(o.op, o.asks, args(decimal, o))
+				if got.Status != limiter.StatusOK || want.Status != limiter.StatusOK || got.Count != want.Count || len(got.Results) != len(want.Results) {
+					t.Fatalf("op %d (%s): packed %+v, decimal %+v", i, o.op, got, want)
+				}
+				for j, g := range got.Results {
+					w := want.Results[j]
+					// Durations count from each call's own time: alike within a few ms.
+					near := func(a, b int64) bool { return a-b < 5 && b-a < 5 }
+					if g.Granted != w.Granted || g.OverCapacity != w.OverCapacity || g.Remaining != w.Remaining ||
+						!near(g.RetryAfterMs, w.RetryAfterMs) || !near(g.ResetAfterMs, w.ResetAfterMs) {
+						t.Errorf("op %d (%s) ask %d: packed %+v, decimal %+v", i, o.op, j, g, w)
+					}
+				}
+			}
+			dv, pv := r.state(t, d.state()[0]), r.state(t, p.state()[0])
+			if !decimalState.MatchString(dv) || decimalState.MatchString(pv) || len(pv) != 8*(strings.Count(dv, ":")+1) {
+				t.Fatalf("states %q (decimal), %q (packed)", dv, pv)
+			}
+			for k, s := range strings.Split(dv, ":") {
+				want, _ := strconv.ParseFloat(s, 64)
+				got := math.Float64frombits(binary.LittleEndian.Uint64([]byte(pv[8*k:])))
+				// Timestamps (µs) differ by the time between the calls; the
+				// counts are the same.
+				if math.Abs(got-want) > 5000 || (math.Abs(want) < 1e12 && math.Abs(got-want) > 1e-3) {
+					t.Errorf("state number %d: packed %v, decimal %v", k, got, want)
+				}
+			}
+		})
 	}
 }

@@ -58,6 +58,7 @@ type policy struct {
 	counts *policyCounts
 	hashes string   // prefix of the generation hashes of its names' state ("": keys)
 	genMs  int64    // their generations' length
+	packed bool     // their states are packed numbers, not decimals
 	args   []string // arg of each shard, made once the policy is complete (newPolicySet)
 }
 
@@ -77,7 +78,7 @@ func (p *policy) prefix() string { return strings.TrimSuffix(p.pattern, "*") }
 
 // arg is ARGV[2] of a script call on one shard of a name p governs:
 // "=epoch sub_rate interval_ms sub_burst [sub_limits]", or with state in
-// hashes "#hashes gen_ms epoch ..." (prelude.lua). Every request for a
+// hashes "#hashes gen_ms[p] epoch ..." (prelude.lua). Every request for a
 // governed name sends it, so newPolicySet makes it once (makeArg): a
 // policy governs names only from a set.
 func (p *policy) arg(shard int) string { return p.args[shard] }
@@ -90,6 +91,9 @@ func (p *policy) makeArg(shard int) string {
 		b = append(b, p.hashes...)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, p.genMs, 10)
+		if p.packed {
+			b = append(b, 'p')
+		}
 		b = append(b, ' ')
 	} else {
 		b = append(b, '=')
@@ -115,9 +119,10 @@ func (p *policy) makeArg(shard int) string {
 }
 
 // policyEpoch is a new epoch for a policy of config c: random, then the
-// length of its state's generations (".<ms>").
+// length of its state's generations and that its states are packed
+// (".<ms>p", prelude.lua).
 func policyEpoch(c limiter.Config) string {
-	return newEpoch() + "." + strconv.FormatInt(genMs(c), 10)
+	return newEpoch() + "." + strconv.FormatInt(genMs(c), 10) + "p"
 }
 
 // genMs is the longest any shard's state of c lasts when nothing waits
@@ -145,14 +150,18 @@ func genMs(c limiter.Config) int64 {
 	return int64(min(math.Ceil(longest), 1<<50)) + 1
 }
 
-// epochGenMs is the generation length an epoch ends with, or 0.
-func epochGenMs(epoch string) int64 {
+// epochGen is the generation length an epoch ends with (0: none), and
+// whether its states are packed. An epoch made before packing (no "p")
+// keeps decimal states, which older proxies read; one made before
+// generations keeps keys. (Older proxies read a packed epoch's as keys.)
+func epochGen(epoch string) (ms int64, packed bool) {
 	_, g, ok := strings.Cut(epoch, ".")
+	g, packed = strings.CutSuffix(g, "p")
 	n, err := strconv.ParseInt(g, 10, 64)
 	if !ok || err != nil || n < 1 {
-		return 0
+		return 0, false
 	}
-	return n
+	return n, packed
 }
 
 // share is one shard's part of total split over n (sharding.Split).
@@ -392,8 +401,8 @@ func (l *Limiters) RefreshPolicies(ctx context.Context) error {
 		if err != nil {
 			continue // not one rlproxy wrote: it governs nothing
 		}
-		if g := epochGenMs(p.Epoch); g > 0 && !l.cluster && p.Algo.StringState() {
-			p.hashes, p.genMs = l.keys.PolicyState(p.Epoch), g
+		if g, packed := epochGen(p.Epoch); g > 0 && !l.cluster && p.Algo.StringState() {
+			p.hashes, p.genMs, p.packed = l.keys.PolicyState(p.Epoch), g, packed
 		}
 		ps = append(ps, p)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -73,6 +74,9 @@ func TestPolicyCommands(t *testing.T) {
 	if held != 1 {
 		t.Errorf("state of user:2 (%s) is in %d of the generations %v, want 1", state, held, gens)
 	}
+	if v := stateOf(t, h, epoch, state); len(v) != 16 {
+		t.Errorf("state of user:2 is %q, want 16 bytes (level and time, packed)", v)
+	}
 
 	// RL.RESET gives fresh state; RL.DEL clears it (1 if there was any).
 	h.Do(t, "RL.RESET", "user:1").Equal(int64(1))
@@ -136,6 +140,67 @@ func TestPolicyCommands(t *testing.T) {
 	h.Do(t, "RL.ACQUIRE", "anything").Err(fmt.Sprintf(noSuch, "anything"))
 	h.Do(t, "RL.POLICY", "DEL", "user:vip:*").Equal(int64(1))
 	h.Do(t, "RL.POLICY", "MATCH", "user:vip:1").Equal("user:*")
+}
+
+// A policy stored by an older rlproxy keeps the state its epoch says
+// (decimals in the generation hashes, or keys before generations), so
+// that proxies of both versions share each name's state during a rolling
+// upgrade; the policy set again unchanged (a config file applied at
+// start) keeps its epoch.
+func TestPolicyMadeByOlderProxy(t *testing.T) {
+	t.Parallel()
+	h := start(t)
+	ctx := context.Background()
+	b := h.backend.Client(t)
+	keys := limiter.Keys{Prefix: h.cfg.KeyPrefix}
+	hash, version := keys.Policies()
+	for pat, epoch := range map[string]string{"dec:*": "e0471843.3600001", "keyed:*": "e0471844"} {
+		h.Do(t, "RL.POLICY", "SET", pat, 3, "1h").Equal(int64(1))
+		v, err := b.HGet(ctx, hash, pat).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(v, "\n")
+		b.HSet(ctx, hash, pat, epoch+"\n"+rest)
+		b.Incr(ctx, version)
+	}
+	name := func(pat string) string { return strings.TrimSuffix(pat, "*") + "1" }
+	if err := eventually(3*time.Second, func() error {
+		h.Do(t, "RL.ACQUIRE", name("dec:*"))
+		h.Do(t, "RL.ACQUIRE", name("keyed:*"))
+		if v := stateOf(t, h, "e0471843.3600001", keys.Script(limiter.TokenBucket, name("dec:*"), 0, "e0471843.3600001", "")[1]); !regexp.MustCompile(`^[0-9.e+-]+:[0-9]+$`).MatchString(v) {
+			return fmt.Errorf("state of dec:1 is %q, want decimals in a generation hash", v)
+		}
+		if v, _ := b.Get(ctx, keys.Script(limiter.TokenBucket, name("keyed:*"), 0, "e0471844", "")[1]).Result(); !strings.Contains(v, ":") {
+			return fmt.Errorf("state of keyed:1 is %q, want a key in decimals", v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	left := h.Do(t, "RL.AVAILABLE", name("dec:*")).Int()
+	h.Do(t, "RL.POLICY", "SET", "dec:*", 3, "1h").Equal(int64(0))
+	if e := policyEpoch(t, h, "dec:*"); e != "e0471843.3600001" {
+		t.Errorf("policy set again unchanged: epoch %q", e)
+	}
+	if left > 2 {
+		t.Errorf("dec:1 has %d of 3 permits after an acquire", left)
+	}
+	h.Do(t, "RL.AVAILABLE", name("dec:*")).Equal(left) // its state kept
+}
+
+// stateOf is a policy's name's state (its state key) in the policy's
+// generation hashes at epoch, or "".
+func stateOf(t *testing.T, h *harness, epoch, state string) string {
+	t.Helper()
+	b := h.backend.Client(t)
+	gens, _ := b.Keys(context.Background(), limiter.Keys{Prefix: h.cfg.KeyPrefix}.PolicyState(epoch)+":*").Result()
+	for _, g := range gens {
+		if v, err := b.HGet(context.Background(), g, state).Result(); err == nil {
+			return v
+		}
+	}
+	return ""
 }
 
 // policyEpoch reads the epoch of a policy from the backend.

@@ -19,14 +19,19 @@
 -- already used is never opened again.
 local capacity = rate
 local start, count
-local stored -- the state as read, when it is this window's: "start:count"
+local stored -- the state as read, when it is this window's: "start:count" (or packed)
 
 local function load()
   start, count, stored = window_of(now, interval), 0, nil
   local v = get(KEYS[2])
   if v then
-    local s, c = string.match(v, '^([^:]+):(.+)$')
-    s, c = tonumber(s), tonumber(c)
+    local s, c
+    if packed then
+      s, c = unpack2(v)
+    else
+      s, c = string.match(v, '^([^:]+):(.+)$')
+      s, c = tonumber(s), tonumber(c)
+    end
     if s and c then
       -- Aligning again keeps a state written under another interval usable
       -- (KEEPSTATE carries its count over to the new interval).
@@ -87,5 +92,5 @@ local function give(n)
 end
 
 local function save()
-  keep(KEYS[2], num(start) .. ':' .. num(count), until_reset(), stored)
+  keep(KEYS[2], packed and pack2(start, count) or num(start) .. ':' .. num(count), until_reset(), stored)
 end
