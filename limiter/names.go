@@ -69,6 +69,12 @@ func DecodeNames(v any, names []NameAsks) ([]Reply, error) {
 		}
 		return out, nil
 	}
+	epoch, ok := arr[1].(string)
+	if !ok {
+		return nil, fmt.Errorf("names script: epoch: not a string: %T %v", arr[1], arr[1])
+	}
+	// The Results of the names asked once (most), in one array.
+	singles := make([]Result, len(names))
 	rest := arr[2:]
 	for i, n := range names {
 		if len(rest) == 0 {
@@ -79,45 +85,36 @@ func DecodeNames(v any, names []NameAsks) ([]Reply, error) {
 			return nil, fmt.Errorf("names script: name %d: %w", i, err)
 		}
 		rest = rest[1:]
+		out[i] = Reply{Status: Status(st), Epoch: epoch}
 		if st != int64(StatusOK) {
-			out[i].Status = Status(st)
 			continue
 		}
-		if single(n.Asks) {
-			if len(rest) < singleValues {
-				return nil, fmt.Errorf("names script: reply too short for name %d", i)
-			}
-			var f [singleValues]int64
-			for k := range f {
-				if f[k], err = toInt(rest[k]); err != nil {
-					return nil, fmt.Errorf("names script: name %d: %w", i, err)
-				}
-			}
-			rest = rest[singleValues:]
-			// As a run of one: granted, remaining, retry, reset are the
-			// grant's (first = last) or the denial's.
-			run := []any{f[0], f[1], f[2], f[3], f[3], int64(0), int64(0), int64(0)}
-			if f[0] == 0 {
-				run = []any{f[0], int64(0), int64(0), int64(0), int64(0), f[1], f[2], f[3]}
-			}
-			if out[i], err = DecodeReply(append([]any{int64(0), arr[1]}, run...), OpAcquire, n.Asks); err != nil {
-				return nil, err
+		if !single(n.Asks) {
+			if out[i].Results, rest, err = decodeRuns(make([]Result, 0, len(n.Asks)), rest, n.Asks); err != nil {
+				return nil, fmt.Errorf("names script: name %d: %w", i, err)
 			}
 			continue
 		}
-		runs := 0
-		for j := 0; j < len(n.Asks); j = runEnd(n.Asks, j) {
-			runs++
-		}
-		size := runValues * runs
-		if len(rest) < size {
+		if len(rest) < singleValues {
 			return nil, fmt.Errorf("names script: reply too short for name %d", i)
 		}
-		one := append([]any{int64(0), arr[1]}, rest[:size]...)
-		if out[i], err = DecodeReply(one, OpAcquire, n.Asks); err != nil {
-			return nil, err
+		var v [singleValues]int64
+		for k := range v {
+			if v[k], err = toInt(rest[k]); err != nil {
+				return nil, fmt.Errorf("names script: name %d: %w", i, err)
+			}
 		}
-		rest = rest[size:]
+		rest = rest[singleValues:]
+		if v[0] < -1 || v[0] > 1 {
+			return nil, fmt.Errorf("names script: name %d: %d granted of one", i, v[0])
+		}
+		// As a run of one: granted, remaining, retry, reset are the
+		// grant's (first = last) or the denial's.
+		f := [runValues]int64{v[0], v[1], v[2], v[3], v[3]}
+		if v[0] == 0 {
+			f = [runValues]int64{5: v[1], 6: v[2], 7: v[3]}
+		}
+		out[i].Results = expandRun(singles[i:i:i+1], f, n.Asks[0].Permits, 1)
 	}
 	if len(rest) != 0 {
 		return nil, fmt.Errorf("names script: reply has %d values too many", len(rest))

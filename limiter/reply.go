@@ -154,29 +154,38 @@ func DecodeReply(v any, op Op, asks []Ask) (Reply, error) {
 		}
 		return r, nil
 	}
-	r.Results = make([]Result, 0, len(asks))
-	for i := 0; i < len(asks); {
-		j := runEnd(asks, i)
-		if len(rest) < runValues {
-			return Reply{}, fmt.Errorf("limiter script: acquire reply too short for request %d", i)
-		}
-		var f [runValues]int64
-		for k := range f {
-			if f[k], err = toInt(rest[k]); err != nil {
-				return Reply{}, fmt.Errorf("limiter script: request %d: %w", i, err)
-			}
-		}
-		rest = rest[runValues:]
-		if f[0] < -1 || f[0] > int64(j-i) {
-			return Reply{}, fmt.Errorf("limiter script: request %d: %d granted of a run of %d", i, f[0], j-i)
-		}
-		r.Results = expandRun(r.Results, f, asks[i].Permits, j-i)
-		i = j
+	if r.Results, rest, err = decodeRuns(make([]Result, 0, len(asks)), rest, asks); err != nil {
+		return Reply{}, fmt.Errorf("limiter script: %w", err)
 	}
 	if len(rest) != 0 {
 		return Reply{}, fmt.Errorf("limiter script: acquire reply has %d values too many", len(rest))
 	}
 	return r, nil
+}
+
+// decodeRuns appends to out the Results of asks, decoded from the answers
+// of their runs at the front of vals, and returns what follows them.
+func decodeRuns(out []Result, vals []any, asks []Ask) ([]Result, []any, error) {
+	for i := 0; i < len(asks); {
+		j := runEnd(asks, i)
+		if len(vals) < runValues {
+			return nil, nil, fmt.Errorf("acquire reply too short for request %d", i)
+		}
+		var f [runValues]int64
+		for k := range f {
+			var err error
+			if f[k], err = toInt(vals[k]); err != nil {
+				return nil, nil, fmt.Errorf("request %d: %w", i, err)
+			}
+		}
+		vals = vals[runValues:]
+		if f[0] < -1 || f[0] > int64(j-i) {
+			return nil, nil, fmt.Errorf("request %d: %d granted of a run of %d", i, f[0], j-i)
+		}
+		out = expandRun(out, f, asks[i].Permits, j-i)
+		i = j
+	}
+	return out, vals, nil
 }
 
 // runValues is the number of reply values per run of requests.

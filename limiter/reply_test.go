@@ -396,3 +396,58 @@ func TestDecodeSetConf(t *testing.T) {
 		})
 	}
 }
+
+// A names call's reply: per name its status, then 4 values for a name
+// asked once (granted, remaining, retry_after_us, reset_after_us of the
+// grant or the denial) or a run's 8 per run of its asks. A reply of the
+// wrong shape is an error, never a panic.
+func TestDecodeNames(t *testing.T) {
+	one := []limiter.NameAsks{{Asks: asks(1)}}
+	mixed := []limiter.NameAsks{{Asks: asks(1)}, {Asks: asks(1)}, {Asks: asks(9)}, {Asks: asks(1)}, {Asks: asks(1, 1)}}
+	good := append(resp(int64(0), "e1",
+		int64(0), int64(1), int64(4), int64(0), int64(60_000), // granted, 4 left
+		int64(0), int64(0), int64(0), int64(2_500), int64(3_000_000), // denied
+		int64(0), int64(-1), int64(5), int64(0), int64(0), // over capacity
+		int64(2), // a config of its own
+		int64(0)), run(2, 1, 0, 1_000, 2_000, 0, 0, 0)...)
+	reps, err := limiter.DecodeNames(good, mixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []limiter.Reply{
+		{Epoch: "e1", Results: []limiter.Result{{Granted: true, Remaining: 4, ResetAfterMs: 60}}},
+		{Epoch: "e1", Results: []limiter.Result{{RetryAfterMs: 3, RetryAfterUs: 2_500, ResetAfterMs: 3000}}},
+		{Epoch: "e1", Results: []limiter.Result{{OverCapacity: true, Remaining: 5}}},
+		{Status: limiter.StatusEpochChange, Epoch: "e1"},
+		{Epoch: "e1", Results: []limiter.Result{{Granted: true, Remaining: 1, ResetAfterMs: 1}, {Granted: true, Remaining: 0, ResetAfterMs: 2}}},
+	}
+	if !reflect.DeepEqual(reps, want) {
+		t.Errorf("decoded %+v\nwant %+v", reps, want)
+	}
+	if reps, err := limiter.DecodeNames(resp(int64(2), "e9"), mixed); err != nil || len(reps) != len(mixed) || reps[3].Status != limiter.StatusEpochChange {
+		t.Errorf("a call refused whole: %+v, %v", reps, err)
+	}
+	for name, v := range map[string]any{
+		"nil":                   nil,
+		"status only":           resp(int64(0)),
+		"epoch not a string":    resp(int64(0), int64(1), int64(0), int64(1), int64(0), int64(0), int64(0)),
+		"no name":               resp(int64(0), "e1"),
+		"name status a string":  resp(int64(0), "e1", "x", int64(1), int64(0), int64(0), int64(0)),
+		"short":                 resp(int64(0), "e1", int64(0), int64(1), int64(0), int64(0)),
+		"value not an integer":  resp(int64(0), "e1", int64(0), int64(1), nil, int64(0), int64(0)),
+		"granted 2 of one":      resp(int64(0), "e1", int64(0), int64(2), int64(0), int64(0), int64(0)),
+		"granted below -1":      resp(int64(0), "e1", int64(0), int64(-2), int64(0), int64(0), int64(0)),
+		"a value too many":      resp(int64(0), "e1", int64(0), int64(1), int64(0), int64(0), int64(0), int64(0)),
+		"a name too many":       resp(int64(0), "e1", int64(0), int64(1), int64(0), int64(0), int64(0), int64(2)),
+		"a run too short":       append(resp(int64(0), "e1", int64(0)), run(1, 0, 0, 0, 0, 0, 0, 0)[:7]...),
+		"not an array of names": "OK",
+	} {
+		asked := one
+		if name == "a run too short" {
+			asked = []limiter.NameAsks{{Asks: asks(1, 1)}}
+		}
+		if reps, err := limiter.DecodeNames(v, asked); err == nil {
+			t.Errorf("%s: decoded %+v, want an error", name, reps)
+		}
+	}
+}

@@ -54,19 +54,24 @@ func (l *Limiters) namesCall(e *entry, r Request, rt *route) (coalesce.Call[name
 // each name's asks in arrival order, in one script call.
 func (l *Limiters) runNames(node *backend.Node, script *redis.Script, conf string) coalesce.RunFunc[nameAsk, answer] {
 	return func(ctx context.Context, items []nameAsk) ([]answer, error) {
-		var names []limiter.NameAsks
-		var at [][]int            // per name, the items it holds
-		index := map[string]int{} // by first state key: a name's (and client's) own
+		// Each name once, with its asks in arrival order; the asks of a name
+		// asked once (most) are a view of one array, of capacity 1, so
+		// that a second ask is appended to a copy.
+		names := make([]limiter.NameAsks, 0, len(items))
+		nameOf := make([]int, len(items))         // per item, its name
+		asks := make([]limiter.Ask, len(items))   // per item, its ask
+		index := make(map[string]int, len(items)) // by first state key: a name's (and client's) own
 		for i, it := range items {
+			asks[i] = it.ask
 			n, ok := index[it.keys[1]]
-			if !ok {
+			if ok {
+				names[n].Asks = append(names[n].Asks, it.ask)
+			} else {
 				n = len(names)
 				index[it.keys[1]] = n
-				names = append(names, limiter.NameAsks{Keys: it.keys})
-				at = append(at, nil)
+				names = append(names, limiter.NameAsks{Keys: it.keys, Asks: asks[i : i+1 : i+1]})
 			}
-			names[n].Asks = append(names[n].Asks, it.ask)
-			at[n] = append(at[n], i)
+			nameOf[i] = n
 		}
 		keys, args := limiter.NamesArgs(conf, names, l.cluster)
 		v, err := node.Eval(ctx, script, keys, args...)
@@ -81,13 +86,14 @@ func (l *Limiters) runNames(node *backend.Node, script *redis.Script, conf strin
 			return nil, err
 		}
 		out := make([]answer, len(items))
-		for n, rep := range reps {
-			for j, i := range at[n] {
-				out[i] = answer{status: rep.Status}
-				if rep.Status == limiter.StatusOK {
-					out[i].Result = rep.Results[j]
-				}
+		answered := make([]int, len(names)) // per name, its asks answered so far
+		for i, n := range nameOf {
+			rep := reps[n]
+			out[i] = answer{status: rep.Status}
+			if rep.Status == limiter.StatusOK {
+				out[i].Result = rep.Results[answered[n]]
 			}
+			answered[n]++
 		}
 		return out, nil
 	}

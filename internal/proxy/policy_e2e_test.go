@@ -618,6 +618,42 @@ func TestPolicyNamesShareScriptCalls(t *testing.T) {
 	}
 }
 
+// Asks of different sizes for names of one policy, pipelined so that they
+// are decided together, each keep their size: every name's remaining
+// after each ask is its own (a name asked twice in a call must not take
+// another name's ask for its second).
+func TestPolicyNamesKeepEachAsk(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(c *config.Config) { c.DenyCache = false })
+	h.Do(t, "RL.POLICY", "SET", "k:*", 12, "1h").Equal(int64(1))
+	pipe := h.client(t, nil).Pipeline()
+	type asked struct {
+		name    string
+		permits int64
+		cmd     *redis.Cmd
+	}
+	var all []asked
+	for round := range 3 {
+		for n := range 30 {
+			p := int64(1 + (n*n+2*round)%4) // no two names' sequences are shifts of each other
+			name := fmt.Sprintf("k:%d", n)
+			all = append(all, asked{name, p, pipe.Do(context.Background(), "RL.ACQUIRE", name, p)})
+		}
+	}
+	_, _ = pipe.Exec(context.Background()) // each reply is checked below
+	used := map[string]int64{}
+	for _, a := range all {
+		v, err := a.cmd.Slice()
+		if err != nil {
+			t.Fatalf("%s %d: %v", a.name, a.permits, err)
+		}
+		used[a.name] += a.permits
+		if v[0] != int64(1) || v[1] != 12-used[a.name] {
+			t.Errorf("%s, %d permits (%d used before): %v, want granted with %d left", a.name, a.permits, used[a.name]-a.permits, v, 12-used[a.name])
+		}
+	}
+}
+
 // Waiting acquires (TIMEOUT) of many names of a policy share script calls
 // too, and wait as alone: a bucket books each name's permits ahead, in
 // order, and the reply comes at the booking's time.
