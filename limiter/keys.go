@@ -58,19 +58,49 @@ func (k Keys) Script(algo Algo, name string, shard int, epoch, client string) []
 // as Script names them, then each further limit's, suffixed with its
 // number from 2 ("<epoch>:s:2").
 func (k Keys) ScriptLimits(algo Algo, name string, shard int, epoch, client string, limits int) []string {
-	tag := k.tag(name, shard)
-	keys := []string{tag + ":c"}
+	// Every key is a slice of one string: a policy's names (not cached)
+	// name their keys on every request.
+	name = escaper.Replace(name)
+	var num [20]byte
+	sh := strconv.AppendInt(num[:0], int64(shard), 10)
+	tag := func(b *strings.Builder) {
+		b.WriteString(k.Prefix)
+		b.WriteByte('{')
+		b.WriteString(name)
+		b.WriteByte(':')
+		b.Write(sh)
+		b.WriteByte('}')
+	}
+	suffixes := stateSuffixes[algo]
+	var b strings.Builder
+	b.Grow((1 + max(1, limits)*len(suffixes)) * (len(k.Prefix) + len(name) + len(epoch) + len(client) + 32))
+	var endsBuf [8]int
+	ends := endsBuf[:0]
+	tag(&b)
+	b.WriteString(":c")
+	ends = append(ends, b.Len())
 	for i := 1; i <= max(1, limits); i++ {
-		for _, s := range stateSuffixes[algo] {
-			key := tag + ":" + epoch + ":" + s
+		for _, s := range suffixes {
+			tag(&b)
+			b.WriteByte(':')
+			b.WriteString(epoch)
+			b.WriteByte(':')
+			b.WriteString(s)
 			if i > 1 {
-				key += ":" + strconv.Itoa(i)
+				b.WriteByte(':')
+				b.WriteString(strconv.Itoa(i))
 			}
 			if client != "" {
-				key += ":" + client
+				b.WriteByte(':')
+				b.WriteString(client)
 			}
-			keys = append(keys, key)
+			ends = append(ends, b.Len())
 		}
+	}
+	all, start := b.String(), 0
+	keys := make([]string, len(ends))
+	for i, end := range ends {
+		keys[i], start = all[start:end], end
 	}
 	return keys
 }

@@ -96,3 +96,21 @@ func TestShardsSpreadOverSlots(t *testing.T) {
 		t.Errorf("%d shards of one limiter fall in only %d slots", shards, len(slots))
 	}
 }
+
+// The keys of a script, exactly: the config key, then each limit's state
+// keys, numbered from the second limit, with the client last.
+func TestScriptLimitsNames(t *testing.T) {
+	k := limiter.Keys{Prefix: "rl:"}
+	got := k.ScriptLimits(limiter.SlidingLog, "a}b", 3, "e1", "w", 2)
+	want := []string{"rl:{a%7Db:3}:c", "rl:{a%7Db:3}:e1:l:w", "rl:{a%7Db:3}:e1:u:w", "rl:{a%7Db:3}:e1:l:2:w", "rl:{a%7Db:3}:e1:u:2:w"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("ScriptLimits = %q, want %q", got, want)
+	}
+	if got := k.Script(limiter.TokenBucket, "user:1", 0, "e2.5p", ""); strings.Join(got, " ") != "rl:{user:1:0}:c rl:{user:1:0}:e2.5p:s" {
+		t.Errorf("Script = %q", got)
+	}
+	// Nine limits of four keys each: past any small buffer.
+	if got := k.ScriptLimits(limiter.Concurrency, "c", 0, "e", "", 9); len(got) != 37 || got[36] != "rl:{c:0}:e:n:9" {
+		t.Errorf("ScriptLimits of 9 limits: %d keys, last %q", len(got), got[len(got)-1])
+	}
+}

@@ -14,24 +14,30 @@ type NameAsks struct {
 // Redis Cluster (crossSlot) only the first name's keys are KEYS, the
 // others go in ARGV: a call may declare the keys of one slot only.
 func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, args []any) {
-	args = []any{string(OpAcquire), conf, len(names[0].Keys), 0}
-	keys = names[0].Keys
-	if len(names) > 1 {
-		keys = append([]string(nil), keys...)
+	per := len(names[0].Keys)
+	argKeys := 0 // the other names' keys, in ARGV on a cluster
+	if crossSlot {
+		argKeys = per * (len(names) - 1)
 	}
-	for _, n := range names[1:] {
-		if crossSlot {
+	args = make([]any, 4, 4+argKeys+len(names))
+	args[0], args[1], args[2], args[3] = string(OpAcquire), conf, per, argKeys
+	keys = names[0].Keys
+	if len(names) > 1 && !crossSlot {
+		keys = make([]string, 0, per*len(names))
+		for _, n := range names {
+			keys = append(keys, n.Keys...)
+		}
+	}
+	if crossSlot {
+		for _, n := range names[1:] {
 			for _, k := range n.Keys {
 				args = append(args, k)
 			}
-			continue
 		}
-		keys = append(keys, n.Keys...)
 	}
-	args[3] = len(args) - 4
 	for _, n := range names {
 		if single(n.Asks) {
-			args = append(args, -n.Asks[0].Permits)
+			args = append(args, negated(n.Asks[0].Permits))
 			continue
 		}
 		runs := AcquireArgs("", n.Asks)[2:]
@@ -39,6 +45,23 @@ func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, ar
 		args = append(args, runs...)
 	}
 	return keys, args
+}
+
+// negatives are -0 .. -64 as ARGV values: a names call gives most names'
+// permits negated (the short form), and an int64 in an interface is an
+// allocation unless it is one of these.
+var negatives = func() (n [65]any) {
+	for i := range n {
+		n[i] = int64(-i)
+	}
+	return n
+}()
+
+func negated(permits int64) any {
+	if permits >= 0 && permits < int64(len(negatives)) {
+		return negatives[permits]
+	}
+	return -permits
 }
 
 // single reports whether asks go in a names call's short form: one ask

@@ -168,14 +168,14 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 			return firstTry{}, l.final(Outcome{Result: res}, e), answered
 		}
 	}
-	rt := l.route(e, shard, r.Client)
-	if rt.node.Down() != nil {
+	if e.node(shard).Down() != nil {
 		return firstTry{}, Outcome{}, fullPath // the full path walks past dead shards
 	}
-	if nc, ok := l.namesCall(e, r, rt); ok {
+	if nc, ok := l.namesCall(e, r); ok {
 		names := nc // its own variable: only a names call costs an allocation
 		return firstTry{e: e, shard: shard, names: &names}, Outcome{}, batched
 	}
+	rt := l.route(e, shard, r.Client)
 	return firstTry{e: e, shard: shard, call: coalesce.Call[limiter.Ask, answer]{
 		Key: rt.batchKey, Item: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}, Run: rt.run,
 	}}, Outcome{}, batched
@@ -399,7 +399,7 @@ func (l *Limiters) cachedDenial(r Request, e *entry, shard int) (limiter.Result,
 	if !l.opt().DenyCache || r.MaxWait != 0 {
 		return limiter.Result{}, false
 	}
-	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
+	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(e.Stored, r.Client)}
 	res, ok := l.denials.check(r.Name, k, r.Permits, time.Now())
 	if ok {
 		l.stats.DeniedFromCache.Add(1)
@@ -413,7 +413,7 @@ func (l *Limiters) rememberDenial(r Request, e *entry, shard int, sent time.Time
 	if !l.opt().DenyCache || r.MaxWait != 0 {
 		return
 	}
-	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(&e.Stored, r.Client)}
+	k := subKey{shard: shard, epoch: e.Epoch, client: clientKey(e.Stored, r.Client)}
 	l.denials.add(r.Name, k, r.Permits, sent, res)
 }
 

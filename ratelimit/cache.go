@@ -20,7 +20,7 @@ import (
 // shard is used and only routeSlots of them are kept. Entries are
 // immutable but for that route table: a changed config gets a new entry.
 type entry struct {
-	limiter.Stored
+	*limiter.Stored // a policy's names share their policy's
 	name   string
 	script *redis.Script   // never nil in an entry config returns
 	all    []*backend.Node // the pool's nodes
@@ -46,7 +46,7 @@ type route struct {
 	run      coalesce.RunFunc[limiter.Ask, answer]
 }
 
-func (l *Limiters) newEntry(name string, st limiter.Stored, p *policy) *entry {
+func (l *Limiters) newEntry(name string, st *limiter.Stored, p *policy) *entry {
 	e := &entry{Stored: st, name: name, script: l.scripts.For(st.Config), all: l.pool.Nodes(), policy: p}
 	if len(e.all) > 1 {
 		e.place = l.placement(name, st.Shards)
@@ -88,7 +88,7 @@ func (l *Limiters) keysOf(e *entry, shard int, client string) []string {
 // route returns the route of a shard for a client's budget: a shared
 // budget's from e's route table when it holds it.
 func (l *Limiters) route(e *entry, shard int, client string) *route {
-	ck := clientKey(&e.Stored, client)
+	ck := clientKey(e.Stored, client)
 	if ck != "" {
 		return l.newRoute(e, shard, ck)
 	}
@@ -158,7 +158,7 @@ func (l *Limiters) load(ctx context.Context, name string) (*entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("limiter '%s': %w", name, err)
 	}
-	e := l.newEntry(name, st, nil)
+	e := l.newEntry(name, &st, nil)
 	l.configs.put(name, e, l.size(e))
 	return e, nil
 }

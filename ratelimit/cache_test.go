@@ -131,7 +131,7 @@ func TestEntrySizeIndependentOfShards(t *testing.T) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for i := range es {
-			es[i] = l.newEntry(name+strconv.Itoa(i), limiter.Stored{Config: c, Epoch: "e"}, nil)
+			es[i] = l.newEntry(name+strconv.Itoa(i), &limiter.Stored{Config: c, Epoch: "e"}, nil)
 			for shard := range shards {
 				l.route(es[i], shard, "") // every shard used
 			}
@@ -146,7 +146,7 @@ func TestEntrySizeIndependentOfShards(t *testing.T) {
 	if big > small+2*1024+4096 {
 		t.Errorf("an entry of 1024 shards holds %.0f bytes, one of 8 %.0f: it grows with shards", big, small)
 	}
-	if est := l.size(l.newEntry(name, limiter.Stored{Config: heavy(1024), Epoch: "e"}, nil)); float64(est) < big {
+	if est := l.size(l.newEntry(name, &limiter.Stored{Config: heavy(1024), Epoch: "e"}, nil)); float64(est) < big {
 		t.Errorf("the cache's size estimate (%d bytes) is below what the entry holds (%.0f)", est, big)
 	}
 }

@@ -78,7 +78,7 @@ func (l *Limiters) chargeShards(ctx context.Context, e *entry, r Request, c *cha
 // chargeShard charges one shard its share; ok is false when the shard
 // does not serve st's config.
 func (l *Limiters) chargeShard(ctx context.Context, st *entry, r Request, shard int, share int64) (limiter.Result, bool, error) {
-	keys := l.keysOf(st, shard, clientKey(&st.Stored, r.Client))
+	keys := l.keysOf(st, shard, clientKey(st.Stored, r.Client))
 	v, err := st.node(shard).Eval(ctx, st.script, keys, limiter.ChargeArgs(st.confArg(shard), share)...)
 	if err != nil {
 		return limiter.Result{}, false, err

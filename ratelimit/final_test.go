@@ -42,7 +42,7 @@ func TestFinal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Limiters{}
 			l.live.Store(&Options{OnBackendError: tc.policy})
-			got := l.final(tc.o, &entry{Stored: limiter.Stored{Config: limiter.Config{Shadow: tc.shadow}}})
+			got := l.final(tc.o, &entry{Stored: &limiter.Stored{Config: limiter.Config{Shadow: tc.shadow}}})
 			if (got.Err != nil) != tc.err || got.Result != tc.want {
 				t.Errorf("final = %+v, %v; want %+v (error %v)", got.Result, got.Err, tc.want, tc.err)
 			}

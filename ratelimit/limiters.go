@@ -201,7 +201,7 @@ func (l *Limiters) eachShard(ctx context.Context, r Request, op limiter.Op, perm
 			total, next = 0, 0
 		}
 		for ; next < e.Shards; next++ {
-			keys := l.keysOf(e, next, clientKey(&e.Stored, r.Client))
+			keys := l.keysOf(e, next, clientKey(e.Stored, r.Client))
 			v, err := e.node(next).Eval(ctx, e.script, keys, limiter.Args(op, e.confArg(next), permits(next, e)...)...)
 			if err != nil {
 				return Done, err

@@ -30,7 +30,7 @@ type nameAsk struct {
 
 // namesCall returns the call that decides r on e's shard 0 together with
 // other names of e's policy, or false when the names script cannot.
-func (l *Limiters) namesCall(e *entry, r Request, rt *route) (coalesce.Call[nameAsk, answer], bool) {
+func (l *Limiters) namesCall(e *entry, r Request) (coalesce.Call[nameAsk, answer], bool) {
 	if e.policy == nil || e.Shards != 1 || (l.cluster && l.noCrossSlot.Load()) {
 		return coalesce.Call[nameAsk, answer]{}, false
 	}
@@ -38,16 +38,41 @@ func (l *Limiters) namesCall(e *entry, r Request, rt *route) (coalesce.Call[name
 	if script == nil {
 		return coalesce.Call[nameAsk, answer]{}, false
 	}
-	conf := e.confArg(0)
-	key := rt.node.Name() + "\x00names\x00" + conf
+	node, keys := e.node(0), l.keysOf(e, 0, clientKey(e.Stored, r.Client))
+	at := namesTarget{node: node}
 	if l.cluster {
-		key += "\x00" + rt.node.MasterOf(context.Background(), rt.keys[0])
+		at.master = node.MasterOf(context.Background(), keys[0])
 	}
+	b, ok := e.policy.batches.Load(at)
+	if !ok {
+		conf := e.confArg(0)
+		key := node.Name() + "\x00names\x00" + conf
+		if l.cluster {
+			key += "\x00" + at.master
+		}
+		b, _ = e.policy.batches.LoadOrStore(at, &namesBatch{key: key, run: l.runNames(node, script, conf)})
+	}
+	batch := b.(*namesBatch)
 	return coalesce.Call[nameAsk, answer]{
-		Key:  key,
-		Item: nameAsk{keys: rt.keys, ask: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}},
-		Run:  l.runNames(rt.node, script, conf),
+		Key:  batch.key,
+		Item: nameAsk{keys: keys, ask: limiter.Ask{Permits: r.Permits, MaxWait: r.MaxWait}},
+		Run:  batch.run,
 	}, true
+}
+
+// namesBatch is the coalescer key and the run of a policy's names calls
+// to one node (on a cluster, for the names of one master's slots): made
+// once per policy and target (policy.batches), not per request.
+type namesBatch struct {
+	key string
+	run coalesce.RunFunc[nameAsk, answer]
+}
+
+// namesTarget is where a names call goes: a node of the pool and, on a
+// cluster, the master serving the first name's slot.
+type namesTarget struct {
+	node   *backend.Node
+	master string
 }
 
 // runNames decides a batch of asks for names of one policy on one node:

@@ -59,6 +59,9 @@ type policy struct {
 	hashes string   // prefix of the generation hashes of its names' state ("": keys)
 	genMs  int64    // their generations' length
 	packed bool     // their states are packed numbers, not decimals
+	// batches are the names calls of this policy, by target (names.go).
+	// A changed policy is a new *policy: its calls run its config.
+	batches sync.Map
 	args   []string // arg of each shard, made once the policy is complete (newPolicySet)
 }
 
@@ -239,7 +242,7 @@ func (l *Limiters) governed(name string) *entry {
 	if p == nil {
 		return nil
 	}
-	return l.newEntry(name, p.Stored, p)
+	return l.newEntry(name, &p.Stored, p)
 }
 
 // errPolicyPattern: a pattern that is not a prefix followed by '*'.

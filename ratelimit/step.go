@@ -76,6 +76,6 @@ func (l *Limiters) withConfig(ctx context.Context, name string, f func(*entry) (
 func (l *Limiters) WithPlaced(ctx context.Context, name, client string, f func(Placed) (Step, error)) error {
 	return l.withConfig(ctx, name, func(e *entry) (Step, error) {
 		l.keepAlive(ctx, name, e)
-		return f(Placed{Stored: e.Stored, Nodes: e.nodes(), ClientKey: clientKey(&e.Stored, client), e: e})
+		return f(Placed{Stored: *e.Stored, Nodes: e.nodes(), ClientKey: clientKey(e.Stored, client), e: e})
 	})
 }

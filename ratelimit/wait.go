@@ -199,7 +199,7 @@ func (l *Limiters) giveBackFor(e *entry, r Request, shard int, cause error) erro
 }
 
 func (l *Limiters) queue(ctx context.Context, r Request, e *entry, deadline time.Time, in *Waiter) (limiter.Result, error) {
-	key := r.Name + "\x00" + clientKey(&e.Stored, r.Client)
+	key := r.Name + "\x00" + clientKey(e.Stored, r.Client)
 	q := l.queues.get(key)
 	defer l.queues.put(key)
 	if !deadline.IsZero() && q.asksAt().After(deadline) {
