@@ -21,10 +21,10 @@ import (
 // immutable but for that route table: a changed config gets a new entry.
 type entry struct {
 	*limiter.Stored // a policy's names share their policy's
-	name   string
-	script *redis.Script   // never nil in an entry config returns
-	all    []*backend.Node // the pool's nodes
-	place  []uint16        // per shard, its node's index in all; nil on one node
+	name            string
+	script          *redis.Script   // never nil in an entry config returns
+	all             []*backend.Node // the pool's nodes
+	place           []uint16        // per shard, its node's index in all; nil on one node
 	// policy is the policy that governs this name (nil for an explicit
 	// limiter): its config is given to each script call, no config key
 	// is read (see policy.go).

@@ -56,13 +56,13 @@ type policy struct {
 	pattern string // "user:*"
 	limiter.Stored
 	counts *policyCounts
-	hashes string   // prefix of the generation hashes of its names' state ("": keys)
-	genMs  int64    // their generations' length
-	packed bool     // their states are packed numbers, not decimals
+	hashes string // prefix of the generation hashes of its names' state ("": keys)
+	genMs  int64  // their generations' length
+	packed bool   // their states are packed numbers, not decimals
 	// batches are the names calls of this policy, by target (names.go).
 	// A changed policy is a new *policy: its calls run its config.
 	batches sync.Map
-	args   []string // arg of each shard, made once the policy is complete (newPolicySet)
+	args    []string // arg of each shard, made once the policy is complete (newPolicySet)
 }
 
 // policyCounts are a policy's decisions, kept across its changes.
