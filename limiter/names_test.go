@@ -457,7 +457,7 @@ func TestPackedStateDecidesAsDecimal(t *testing.T) {
 		{limiter.OpPeek, nil},
 	}
 	for _, algo := range limiter.Algos {
-		if !algo.StringState() || algo == limiter.Concurrency {
+		if !algo.StringState() {
 			continue
 		}
 		t.Run(string(algo), func(t *testing.T) {
