@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/limiter"
 )
 
 // named returns a dedicated connection named name (CLIENT SETNAME), or
@@ -124,6 +125,29 @@ func keysOf(t testing.TB, backend *redis.Client, h *harness, name string) int {
 		t.Fatalf("backend KEYS: %v", err)
 	}
 	return len(keys)
+}
+
+// A config set again replaces the old one whole: a TTL it no longer
+// has is gone, and so are fields it no longer has (SHADOW, LIMIT).
+func TestSetRateReplacesWhole(t *testing.T) {
+	t.Parallel()
+	h := start(t)
+	backend := h.backend.Client(t)
+	conf := limiter.Keys{Prefix: h.cfg.KeyPrefix}.Config("whole", 0)
+	h.Do(t, "RL.SETRATE", "whole", 5, "1s", "TTL", "1h", "SHADOW", "LIMIT", 100, "1d").Equal(int64(1))
+	if ttl := backend.PTTL(context.Background(), conf).Val(); ttl <= 0 {
+		t.Fatalf("PTTL %v with TTL 1h", ttl)
+	}
+	h.Do(t, "RL.SETRATE", "whole", 6, "1s").Equal(int64(1))
+	if ttl := backend.PTTL(context.Background(), conf).Val(); ttl != -1 {
+		t.Errorf("PTTL %v after RL.SETRATE without TTL, want none (-1)", ttl)
+	}
+	h.Do(t, "RL.GETRATE", "whole").Equal(getRate3(6, 1000, "token-bucket", 6, "OVERALL", 0))
+	for _, f := range []string{"shadow", "limits", "sub_limits", "ttl_ms"} {
+		if v, err := backend.HGet(context.Background(), conf, f).Result(); err == nil && v != "0" {
+			t.Errorf("field %s = %q is left from the old config", f, v)
+		}
+	}
 }
 
 // TTL: a limiter unused for its TTL is gone (config and state); use

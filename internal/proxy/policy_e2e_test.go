@@ -511,13 +511,22 @@ func TestPolicyRespectsMaxmemory(t *testing.T) {
 	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
+	const oom = "OOM command not allowed when used memory > 'maxmemory'"
 	for _, name := range []string{"api", "u:0", "u:1"} {
-		h.Do(t, "RL.ACQUIRE", name).ErrContains("OOM command not allowed when used memory > 'maxmemory'")
+		h.Do(t, "RL.ACQUIRE", name).ErrContains(oom)
 	}
+	// Configs are refused too, before anything is written: a new one, a
+	// changed one (which keeps its old config), a policy.
+	h.Do(t, "RL.SETRATE", "new", 5, "1s").ErrContains(oom)
+	h.Do(t, "RL.SETRATE", "api", 7, "1s", "TTL", "1h").ErrContains(oom)
+	h.Do(t, "RL.POLICY", "SET", "v:*", 5, "1s").ErrContains(oom)
 	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
 	h.Do(t, "RL.ACQUIRE", "u:1").Granted(4)
+	h.Do(t, "RL.GETRATE", "new").Nil()
+	h.Do(t, "RL.GETRATE", "api").Equal(getRate3(5, 1000, "token-bucket", 5, "OVERALL", 0))
+	h.Do(t, "RL.POLICY", "GET", "v:*").Nil()
 }
 
 // RL.POLICY is admin-only; a user's limiters patterns apply to governed

@@ -28,7 +28,25 @@ for i = 1, #flat, 2 do
   cur[flat[i]] = flat[i + 1]
 end
 local function refresh(ttl)
-  if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  else
+    redis.call('PERSIST', KEYS[1])
+  end
+end
+
+-- replace makes fields (field, value, ...) the whole config: written
+-- first, then the fields of the old one it does not have removed. Past
+-- maxmemory Redis refuses a script's first write that may grow memory,
+-- and nothing is changed then; a DEL first would let the HSET through.
+local function replace(fields)
+  redis.call('HSET', KEYS[1], unpack(fields))
+  local kept, stale = {}, {}
+  for i = 1, #fields, 2 do kept[fields[i]] = true end
+  for f in pairs(cur) do
+    if not kept[f] then stale[#stale + 1] = f end
+  end
+  if #stale > 0 then redis.call('HDEL', KEYS[1], unpack(stale)) end
 end
 
 -- Optional fields are written only when set (limiter.Config.fields): one
@@ -49,10 +67,9 @@ if mode == 'F' or mode == 'R' or mode == 'D' then
     redis.call('DEL', KEYS[1])
     return {1, '', tonumber(cur.shards or 0) or 0, '0'}
   end
-  redis.call('DEL', KEYS[1])
   local args = {'epoch', ARGV[3]}
   for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
-  redis.call('HSET', KEYS[1], unpack(args))
+  replace(args)
   refresh(tonumber(ARGV[4]))
   return {1, ARGV[3], tonumber(cur.shards or 0) or 0, tostring(gen)}
 end
@@ -110,9 +127,8 @@ if ARGV[2] == '1' and cur.epoch and cur.algo == new.algo and cur.mode == new.mod
 end
 
 local gen = next_gen()
-redis.call('DEL', KEYS[1])
 local args = {'epoch', epoch, 'gen', gen}
 for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
-redis.call('HSET', KEYS[1], unpack(args))
+replace(args)
 refresh(tonumber(ARGV[4]))
 return {1, epoch, tonumber(cur.shards or 0), gen}
