@@ -60,28 +60,18 @@ func (k Keys) Script(algo Algo, name string, shard int, epoch, client string) []
 func (k Keys) ScriptLimits(algo Algo, name string, shard int, epoch, client string, limits int) []string {
 	// Every key is a slice of one string: a policy's names (not cached)
 	// name their keys on every request.
-	name = escaper.Replace(name)
-	var num [20]byte
-	sh := strconv.AppendInt(num[:0], int64(shard), 10)
-	tag := func(b *strings.Builder) {
-		b.WriteString(k.Prefix)
-		b.WriteByte('{')
-		b.WriteString(name)
-		b.WriteByte(':')
-		b.Write(sh)
-		b.WriteByte('}')
-	}
+	tag := k.tag(name, shard)
 	suffixes := stateSuffixes[algo]
+	n := 1 + max(1, limits)*len(suffixes)
 	var b strings.Builder
-	b.Grow((1 + max(1, limits)*len(suffixes)) * (len(k.Prefix) + len(name) + len(epoch) + len(client) + 32))
-	var endsBuf [8]int
-	ends := endsBuf[:0]
-	tag(&b)
+	b.Grow(n * (len(tag) + len(epoch) + len(client) + 16))
+	ends := make([]int, 0, n)
+	b.WriteString(tag)
 	b.WriteString(":c")
 	ends = append(ends, b.Len())
 	for i := 1; i <= max(1, limits); i++ {
 		for _, s := range suffixes {
-			tag(&b)
+			b.WriteString(tag)
 			b.WriteByte(':')
 			b.WriteString(epoch)
 			b.WriteByte(':')
