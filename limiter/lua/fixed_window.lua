@@ -25,13 +25,7 @@ local function load()
   start, count, stored = window_of(now, interval), 0, nil
   local v = get(KEYS[2])
   if v then
-    local s, c
-    if packed then
-      s, c = unpack2(v)
-    else
-      s, c = string.match(v, '^([^:]+):(.+)$')
-      s, c = tonumber(s), tonumber(c)
-    end
+    local s, c = read2(v)
     if s and c then
       -- Aligning again keeps a state written under another interval usable
       -- (KEEPSTATE carries its count over to the new interval).
@@ -92,5 +86,5 @@ local function give(n)
 end
 
 local function save()
-  keep(KEYS[2], packed and pack2(start, count) or num(start) .. ':' .. num(count), until_reset(), stored)
+  keep(KEYS[2], state2(start, count), until_reset(), stored)
 end

@@ -347,19 +347,42 @@ end
 -- kept in hashes are packed when its epoch says so ('p', made so since
 -- this format came: a policy made before keeps decimals, which older
 -- proxies read) and the server has struct (Redis has; the embedded
--- backend's Lua has not). unpack2/unpack3 return nothing for a state
--- that is not packed numbers.
-local function pack2(a, b) return spack('<dd', a, b) end
-local function pack3(a, b, c) return spack('<ddd', a, b, c) end
-local function unpack2(v)
-  if #v ~= 16 then return end
-  local a, b = sunpack('<dd', v)
-  return a, b
+-- backend's Lua has not). read2/read3 return a state's numbers (nil for
+-- one that does not hold them); state2/state3 make a state of numbers.
+local function read2(v)
+  if packed then
+    if #v ~= 16 then return end
+    local a, b = sunpack('<dd', v)
+    return a, b
+  end
+  local a, b = match(v, '^([^:]+):(.+)$')
+  return tonumber(a), tonumber(b)
 end
-local function unpack3(v)
-  if #v ~= 24 then return end
-  local a, b, c = sunpack('<ddd', v)
-  return a, b, c
+
+local function read3(v)
+  if packed then
+    if #v ~= 24 then return end
+    local a, b, c = sunpack('<ddd', v)
+    return a, b, c
+  end
+  local a, b, c = match(v, '^([^:]+):([^:]+):(.+)$')
+  return tonumber(a), tonumber(b), tonumber(c)
+end
+
+local function state2(a, b)
+  if packed then
+    return spack('<dd', a, b)
+  elseif whole(b) then
+    return fmt(whole(a) and '%d:%d' or '%.17g:%d', a, b) -- one format call for both
+  end
+  return num(a) .. ':' .. num(b)
+end
+
+local function state3(a, b, c)
+  if packed then
+    return spack('<ddd', a, b, c)
+  end
+  return num(a) .. ':' .. num(b) .. ':' .. num(c)
 end
 
 -- The window of length span that holds t, for the window algorithms
@@ -385,13 +408,7 @@ local function bucket(keys, per_permit)
     level, ts = 0, now
     local v = get(keys[2])
     if v then
-      local l, t
-      if packed then
-        l, t = unpack2(v)
-      else
-        l, t = match(v, '^([^:]+):(.+)$')
-        l, t = tonumber(l), tonumber(t)
-      end
+      local l, t = read2(v)
       level, ts = l or 0, t or now
     end
     if now > ts then
@@ -409,8 +426,7 @@ local function bucket(keys, per_permit)
     if level <= EPS then
       drop(key)
     elseif level ~= loaded or not lasts(key, us) then
-      -- ts is whole microseconds (TIME's); one format call for both.
-      keep(key, packed and pack2(level, ts) or fmt(whole(level) and '%d:%d' or '%.17g:%d', level, ts), us)
+      keep(key, state2(level, ts), us)
     end
   end
   return load, save

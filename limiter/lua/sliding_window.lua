@@ -26,13 +26,7 @@ local function load()
   start, prev, cur, stored = window_of(now, interval), 0, 0, nil
   local v = get(KEYS[2])
   if not v then return end
-  local s, p, c
-  if packed then
-    s, p, c = unpack3(v)
-  else
-    s, p, c = string.match(v, '^([^:]+):([^:]+):(.+)$')
-    s, p, c = tonumber(s), tonumber(p), tonumber(c)
-  end
+  local s, p, c = read3(v)
   if not (s and p and c) then return end
   s = window_of(s, interval) -- a state written under another interval (KEEPSTATE)
   -- The clock may step back after a failover; time never runs backwards here.
@@ -127,6 +121,6 @@ local function save()
   if ttl <= 0 then
     drop(KEYS[2])
   else
-    keep(KEYS[2], packed and pack3(start, prev, cur) or num(start) .. ':' .. num(prev) .. ':' .. num(cur), ttl, stored)
+    keep(KEYS[2], state3(start, prev, cur), ttl, stored)
   end
 end
