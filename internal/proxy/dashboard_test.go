@@ -12,7 +12,7 @@ import (
 	"github.com/rlproxy/rlproxy/config"
 )
 
-// dashboardPath is the Grafana dashboard README points operators to.
+// dashboardPath is the Grafana dashboard docs/operations.md points operators to.
 const dashboardPath = "../../docs/grafana/rlproxy.json"
 
 // metricName finds the metric names in a PromQL expression: rlproxy's

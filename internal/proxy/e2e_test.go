@@ -615,7 +615,7 @@ func TestEmbeddedBackend(t *testing.T) {
 	}
 }
 
-// The README's per-user example on the embedded backend, for every
+// docs/policies.md's per-user example on the embedded backend, for every
 // algorithm and the usual intervals: a policy's names are decided there
 // as on Redis (its Lua is another interpreter: generation numbers as table
 // keys once made each call fill an array of millions).

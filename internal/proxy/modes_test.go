@@ -1,7 +1,7 @@
 package proxy
 
-// End-to-end tests of a limiter's modes and lifecycle, as README's
-// "Commands" section documents them: MODE PER_CLIENT budgets, TTL,
+// End-to-end tests of a limiter's modes and lifecycle, as docs/commands.md
+// documents them: MODE PER_CLIENT budgets, TTL,
 // RL.RELEASE capped at capacity, and KEEPSTATE carrying used permits over
 // to a new rate.
 

@@ -1,7 +1,7 @@
 package proxy
 
 // End-to-end tests of waiting (RL.ACQUIRE ... TIMEOUT d | BLOCK), as
-// README's "Waiting" section documents it: book-ahead algorithms
+// docs/waiting-and-leases.md documents it: book-ahead algorithms
 // (token-bucket, leaky-bucket) hold a reservation's reply until its time,
 // queue algorithms (sliding-log, sliding-window, fixed-window) serve
 // waiters in arrival order, a denial that cannot turn into a grant within
@@ -340,7 +340,7 @@ func TestWaitTimeoutTooShort(t *testing.T) {
 
 	// A queue algorithm's waiter that is queued behind another waiter
 	// whose wait already ends after its timeout cannot be served in
-	// time either: README says such a denial is answered at once.
+	// time either: docs/waiting-and-leases.md says such a denial is answered at once.
 	t.Run("queued behind a longer wait", func(t *testing.T) {
 		t.Parallel()
 		const key = "short:queued"
