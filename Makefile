@@ -7,6 +7,7 @@ GO ?= go
 # (go.dev/issue/75804, fixed in Go 1.27). About 10 s each here.
 FUZZTIME ?= 250000x
 FUZZTIME_FRONTDOOR ?= 15000x
+HELM ?= helm.sh/helm/v3/cmd/helm@v3.22.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test deps check unit fuzz bench
@@ -34,6 +35,8 @@ deps:
 	@command -v node >/dev/null || { echo "deps: Node.js 20 or later is needed for the client checks in $(NODE_CHECKS)"; exit 1; }
 	@[ $(NODE_CHECKS)/node_modules/.package-lock.json -nt $(NODE_CHECKS)/package-lock.json ] || \
 		(cd $(NODE_CHECKS) && { npm ci --no-audit --no-fund --loglevel=error || { sleep 5; npm ci --no-audit --no-fund --loglevel=error; }; })
+	@command -v helm >/dev/null || [ -x "$$($(GO) env GOPATH)/bin/helm" ] || \
+		{ echo "installing helm (the chart test: deploy/helm)"; $(GO) install $(HELM); }
 
 check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi
@@ -70,3 +73,10 @@ chart-algorithms:
 .PHONY: chart-dashboard
 chart-dashboard:
 	$(GO) run ./cmd/rlviz -dashboard docs/grafana/rlproxy.json -out docs/grafana/dashboard.png
+
+# The container image: the static binary on an empty base (deploy/Containerfile).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+.PHONY: image
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/rlproxy ./cmd/rlproxy
+	podman build -t rlproxy:$(VERSION) -t rlproxy:latest -f deploy/Containerfile deploy
