@@ -300,6 +300,57 @@ func TestPolicyStateInHashes(t *testing.T) {
 }
 
 // Generations as long as rlproxy makes them (genMs caps at 2^50 ms) work:
+
+// A names call keeps the generation hashes' upkeep: the hash it writes
+// expires one generation after its end, and the generation before it is
+// gone (UNLINK), also when the hash already held states (written while
+// it was the next generation) — without re-doing either on every call.
+func TestGenerationHashUpkeep(t *testing.T) {
+	r := newRig(t)
+	const genMs = 3600001
+	const conf = "#rl:{policies}:s:u1.3600001p 3600001 u1 10 3600000 10"
+	script := r.scripts.Names(limiter.Config{Algo: limiter.TokenBucket}, false)
+	gen := func() int64 {
+		tm, err := r.rdb.Time(t.Context()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMilli()/genMs + 1
+	}
+	hash := func(g int64) string { return fmt.Sprintf("rl:{policies}:s:u1.3600001p:%d", g) }
+	for round := range 3 {
+		g := gen()
+		// The previous generation still there, and the first alive already
+		// holding a state without the upkeep done (an earlier build's).
+		r.rdb.HSet(t.Context(), hash(g-1), "old", "x")
+		if round > 0 {
+			r.rdb.HSet(t.Context(), hash(g), "other", "x")
+		}
+		for i := range 2 { // the second call finds the hash marked
+			var names []limiter.NameAsks
+			for k := range 3 {
+				names = append(names, limiter.NameAsks{Keys: r.open(t, fmt.Sprintf("up%d:%d:%d", round, i, k), limiter.TokenBucket, "u1").keys(), Asks: []limiter.Ask{ask(1)}})
+			}
+			for _, rep := range r.names(t, script, conf, names, false) {
+				if rep.Status != limiter.StatusOK || !rep.Results[0].Granted {
+					t.Fatalf("round %d: %+v", round, rep)
+				}
+			}
+		}
+		if gen() != g {
+			continue // a generation ended meanwhile (once an hour)
+		}
+		if n, _ := r.rdb.Exists(t.Context(), hash(g-1)).Result(); n != 0 {
+			t.Errorf("round %d: the previous generation is still there", round)
+		}
+		at, err := r.rdb.PExpireTime(t.Context(), hash(g)).Result()
+		if err != nil || at.Milliseconds() != (g+1)*genMs {
+			t.Errorf("round %d: generation %d expires at %v (%v), want %d ms", round, g, at, err, (g+1)*genMs)
+		}
+		r.rdb.Del(t.Context(), hash(g))
+	}
+}
+
 // their names and ends (past 10^15 ms) are whole numbers Redis takes.
 func TestPolicyStateLongGenerations(t *testing.T) {
 	r := newRig(t)
