@@ -301,6 +301,35 @@ func TestPolicyStateInHashes(t *testing.T) {
 
 // Generations as long as rlproxy makes them (genMs caps at 2^50 ms) work:
 
+// Whichever place a name with a config of its own (an explicit limiter)
+// has in a names call, first too, or alone, it is left to the caller and
+// its state untouched; the others are decided.
+func TestNamesExplicitAnywhere(t *testing.T) {
+	r := newRig(t)
+	script := r.scripts.Names(limiter.Config{Algo: limiter.TokenBucket}, false)
+	for _, conf := range []string{"=x1 10 3600000 10", "#rl:{policies}:s:x1.7200001p 7200001 x1 10 3600000 10"} {
+		for _, n := range []int{1, 3} {
+			for at := range n {
+				var names []limiter.NameAsks
+				for k := range n {
+					l := r.open(t, fmt.Sprintf("ex:%s:%d:%d:%d", conf[:1], n, at, k), limiter.TokenBucket, "x1")
+					if k == at {
+						r.rdb.HSet(t.Context(), l.keys()[0], "epoch", "e9")
+					}
+					names = append(names, limiter.NameAsks{Keys: l.keys(), Asks: []limiter.Ask{ask(1)}})
+				}
+				for k, rep := range r.names(t, script, conf, names, false) {
+					explicit := k == at
+					if explicit && (rep.Status != limiter.StatusEpochChange || r.state(t, names[k].Keys[1]) != "") ||
+						!explicit && (rep.Status != limiter.StatusOK || !rep.Results[0].Granted) {
+						t.Errorf("%s: %d names, explicit at %d: name %d answered %+v", conf, n, at, k, rep)
+					}
+				}
+			}
+		}
+	}
+}
+
 // A names call keeps the generation hashes' upkeep: the hash it writes
 // expires one generation after its end, and the generation before it is
 // gone (UNLINK), also when the hash already held states (written while
