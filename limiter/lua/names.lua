@@ -67,16 +67,17 @@ else
   -- RL.SETRATE, RL.DEL and config expiry, and a proxy's own cache cannot
   -- see another proxy's RL.SETRATE. Then every state with one read
   -- (prefetch), for get().
-  local conf_keys = {}
-  for k = 1, nk, per do conf_keys[#conf_keys + 1] = K[k] end
-  explicit = redis.call('EXISTS', unpack(conf_keys)) > 0
-  if per > 1 then
-    local state_keys = {}
-    for k = 1, nk do
-      if k % per ~= 1 then state_keys[#state_keys + 1] = K[k] end
+  local conf_keys, state_keys, c, s = {}, {}, 0, 0
+  for base = 0, nk - per, per do
+    c = c + 1
+    conf_keys[c] = K[base + 1]
+    for j = 2, per do
+      s = s + 1
+      state_keys[s] = K[base + j]
     end
-    prefetch(state_keys)
   end
+  explicit = redis.call('EXISTS', unpack(conf_keys)) > 0
+  if s > 0 then prefetch(state_keys) end
   alone = function(base)
     return redis.call('EXISTS', K[base - per + 1]) == 1
   end

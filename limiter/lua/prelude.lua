@@ -27,7 +27,7 @@
 --   peek / release results: {available}
 -- Hot library functions, as locals: a global lookup costs as much as
 -- the call in Redis's Lua.
-local ceil, floor, max, fmt, match = math.ceil, math.floor, math.max, string.format, string.match
+local ceil, floor, max, min, fmt, match = math.ceil, math.floor, math.max, math.min, string.format, string.match
 
 local conf
 local names_call = ARGV[1] == 'names' -- names.lua's call (see there)
