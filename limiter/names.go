@@ -20,7 +20,7 @@ func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, ar
 		argKeys = per * (len(names) - 1)
 	}
 	args = make([]any, 4, 4+argKeys+len(names))
-	args[0], args[1], args[2], args[3] = string(OpAcquire), conf, per, argKeys
+	args[0], args[1], args[2], args[3] = opNames, conf, per, argKeys
 	keys = names[0].Keys
 	if len(names) > 1 && !crossSlot {
 		keys = make([]string, 0, per*len(names))
@@ -47,6 +47,10 @@ func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, ar
 	return keys, args
 }
 
+// opNames is a names call's op (ARGV[1]): it tells prelude.lua that
+// names.lua checks every name's config key itself.
+const opNames = "names"
+
 // negatives are -0 .. -64 as ARGV values: a names call gives most names'
 // permits negated (the short form), and an int64 in an interface is an
 // allocation unless it is one of these.
@@ -70,7 +74,8 @@ func single(asks []Ask) bool {
 	return len(asks) == 1 && asks[0].MaxWait == 0 && asks[0].Permits > 0
 }
 
-// singleValues is the number of reply values of a name asked once.
+// singleValues is the number of reply values of a name asked once
+// (granted, remaining, retry, reset: no status before them).
 const singleValues = 4
 
 // DecodeNames decodes the reply of a names call into one Reply per name:
@@ -103,17 +108,22 @@ func DecodeNames(v any, names []NameAsks) ([]Reply, error) {
 		if len(rest) == 0 {
 			return nil, fmt.Errorf("names script: reply too short for name %d", i)
 		}
-		st, err := toInt(rest[0])
+		// A name's first value: 2 (left to the caller) alone; else a
+		// status 0 before its runs, or a single name's granted.
+		first, err := toInt(rest[0])
 		if err != nil {
 			return nil, fmt.Errorf("names script: name %d: %w", i, err)
 		}
-		rest = rest[1:]
-		out[i] = Reply{Status: Status(st), Epoch: epoch}
-		if st != int64(StatusOK) {
+		out[i] = Reply{Epoch: epoch}
+		if first == int64(StatusEpochChange) {
+			out[i].Status, rest = StatusEpochChange, rest[1:]
 			continue
 		}
 		if !single(n.Asks) {
-			if out[i].Results, rest, err = decodeRuns(make([]Result, 0, len(n.Asks)), rest, n.Asks); err != nil {
+			if first != int64(StatusOK) {
+				return nil, fmt.Errorf("names script: name %d: status %d", i, first)
+			}
+			if out[i].Results, rest, err = decodeRuns(make([]Result, 0, len(n.Asks)), rest[1:], n.Asks); err != nil {
 				return nil, fmt.Errorf("names script: name %d: %w", i, err)
 			}
 			continue

@@ -58,7 +58,6 @@ type policy struct {
 	counts *policyCounts
 	hashes string // prefix of the generation hashes of its names' state ("": keys)
 	genMs  int64  // their generations' length
-	packed bool   // their states are packed numbers, not decimals
 	// batches are the names calls of this policy, by target (names.go).
 	// A changed policy is a new *policy: its calls run its config.
 	batches sync.Map
@@ -81,7 +80,7 @@ func (p *policy) prefix() string { return strings.TrimSuffix(p.pattern, "*") }
 
 // arg is ARGV[2] of a script call on one shard of a name p governs:
 // "=epoch sub_rate interval_ms sub_burst [sub_limits]", or with state in
-// hashes "#hashes gen_ms[p] epoch ..." (prelude.lua). Every request for a
+// hashes "#hashes gen_ms epoch ..." (prelude.lua). Every request for a
 // governed name sends it, so newPolicySet makes it once (makeArg): a
 // policy governs names only from a set.
 func (p *policy) arg(shard int) string { return p.args[shard] }
@@ -94,9 +93,6 @@ func (p *policy) makeArg(shard int) string {
 		b = append(b, p.hashes...)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, p.genMs, 10)
-		if p.packed {
-			b = append(b, 'p')
-		}
 		b = append(b, ' ')
 	} else {
 		b = append(b, '=')
@@ -122,8 +118,8 @@ func (p *policy) makeArg(shard int) string {
 }
 
 // policyEpoch is a new epoch for a policy of config c: random, then the
-// length of its state's generations and that its states are packed
-// (".<ms>p", prelude.lua).
+// length of its state's generations and "p": its hashes hold packed
+// states (".<ms>p"; see epochGen).
 func policyEpoch(c limiter.Config) string {
 	return newEpoch() + "." + strconv.FormatInt(genMs(c), 10) + "p"
 }
@@ -153,18 +149,19 @@ func genMs(c limiter.Config) int64 {
 	return int64(min(math.Ceil(longest), 1<<50)) + 1
 }
 
-// epochGen is the generation length an epoch ends with (0: none), and
-// whether its states are packed. An epoch made before packing (no "p")
-// keeps decimal states, which older proxies read; one made before
-// generations keeps keys. (Older proxies read a packed epoch's as keys.)
-func epochGen(epoch string) (ms int64, packed bool) {
+// epochGen is the generation length an epoch ends with, or 0 for an
+// epoch that does not end ".<ms>p": one made by an earlier build of this
+// (unreleased) version, whose hashes held decimal states. Such a policy
+// keeps its names' states in keys, the way every policy does on a Redis
+// Cluster, so no state is misread; its names start fresh once.
+func epochGen(epoch string) int64 {
 	_, g, ok := strings.Cut(epoch, ".")
-	g, packed = strings.CutSuffix(g, "p")
+	g, packed := strings.CutSuffix(g, "p")
 	n, err := strconv.ParseInt(g, 10, 64)
-	if !ok || err != nil || n < 1 {
-		return 0, false
+	if !ok || !packed || err != nil || n < 1 {
+		return 0
 	}
-	return n, packed
+	return n
 }
 
 // share is one shard's part of total split over n (sharding.Split).
@@ -404,8 +401,8 @@ func (l *Limiters) RefreshPolicies(ctx context.Context) error {
 		if err != nil {
 			continue // not one rlproxy wrote: it governs nothing
 		}
-		if g, packed := epochGen(p.Epoch); g > 0 && !l.cluster && p.Algo.StringState() {
-			p.hashes, p.genMs, p.packed = l.keys.PolicyState(p.Epoch), g, packed
+		if g := epochGen(p.Epoch); g > 0 && !l.cluster && p.Algo.StringState() {
+			p.hashes, p.genMs = l.keys.PolicyState(p.Epoch), g
 		}
 		ps = append(ps, p)
 	}

@@ -94,33 +94,22 @@ func TestPolicyGenerations(t *testing.T) {
 		if got := genMs(c.c); got != c.want {
 			t.Errorf("genMs(%+v) = %d, want %d", c.c, got, c.want)
 		}
-		if got, packed := epochGen(policyEpoch(c.c)); got != c.want || !packed {
-			t.Errorf("the epoch of %+v carries %d (packed %v), want %d packed", c.c, got, packed, c.want)
+		if got := epochGen(policyEpoch(c.c)); got != c.want {
+			t.Errorf("the epoch of %+v carries %d, want %d", c.c, got, c.want)
 		}
 	}
-	// An epoch made before packing keeps decimal states; one made before
-	// generations (or not by rlproxy) keeps keys.
-	if got, packed := epochGen("e0471843.1001"); got != 1001 || packed {
-		t.Errorf("epochGen(e0471843.1001) = %d, %v, want 1001, decimals", got, packed)
-	}
-	for _, e := range []string{"e0471843", "e1.", "e1.x", "e1.0", "e1.-5", "e1.p", "e1.0p", "e1.5pp", "e1.p5"} {
-		if got, _ := epochGen(e); got != 0 {
+	// An epoch made before packed hash states (an earlier build's, no
+	// "p"), before generations, or not by rlproxy keeps keys.
+	for _, e := range []string{"e0471843.1001", "e0471843", "e1.", "e1.x", "e1.0", "e1.-5", "e1.p", "e1.0p", "e1.5pp", "e1.p5"} {
+		if got := epochGen(e); got != 0 {
 			t.Errorf("epochGen(%q) = %d, want 0 (state in keys)", e, got)
 		}
 	}
 	// The script argument says so.
 	c := limiter.Config{Algo: limiter.TokenBucket, Rate: 100, Interval: time.Hour, Burst: 100, Shards: 1, Mode: limiter.Overall}
-	for _, p := range []*policy{
-		{Stored: limiter.Stored{Config: c, Epoch: "e1.3600001p"}, hashes: "h", genMs: 3600001, packed: true},
-		{Stored: limiter.Stored{Config: c, Epoch: "e1.3600001"}, hashes: "h", genMs: 3600001},
-	} {
-		want := "#h 3600001 e1.3600001 100 3600000 100"
-		if p.packed {
-			want = "#h 3600001p e1.3600001p 100 3600000 100"
-		}
-		if got := p.makeArg(0); got != want {
-			t.Errorf("arg %q, want %q", got, want)
-		}
+	p := &policy{Stored: limiter.Stored{Config: c, Epoch: "e1.3600001p"}, hashes: "h", genMs: 3600001}
+	if got, want := p.makeArg(0), "#h 3600001 e1.3600001p 100 3600000 100"; got != want {
+		t.Errorf("arg %q, want %q", got, want)
 	}
 }
 

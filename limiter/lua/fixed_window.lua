@@ -35,7 +35,7 @@ local function load()
         stored = v
       elseif c > rate then
         -- Debt left over from an earlier window: rate paid per window since.
-        count = math.max(0, c - math.floor((start - s) / interval + 0.5) * rate)
+        count = max(0, c - floor((start - s) / interval + 0.5) * rate)
       end
     end
   end
@@ -48,17 +48,17 @@ end
 
 local function available()
   if not current() then return 0 end
-  return math.max(0, rate - count)
+  return max(0, rate - count)
 end
 
 -- Windows from the state's until the count (with n more) fits in one.
 local function windows_until(n)
-  return math.max(0, math.ceil((count + n - rate) / rate - EPS))
+  return max(0, ceil((count + n - rate) / rate - EPS))
 end
 
 -- Microseconds until every window is empty again.
 local function until_reset()
-  if count > 0 then return start + math.max(1, windows_until(0) + 1) * interval - now end
+  if count > 0 then return start + max(1, windows_until(0) + 1) * interval - now end
   return start - now -- until the stored window starts (a clock stepped back)
 end
 
@@ -70,19 +70,19 @@ local function try(n, _)
   -- The first window this request fits in: the stored window when it is
   -- still ahead and has room, else the first after it that the debt (if
   -- any) leaves room in. n <= rate, so an empty window always has room.
-  local at = start + math.max(current() and 1 or 0, windows_until(n)) * interval
+  local at = start + max(current() and 1 or 0, windows_until(n)) * interval
   return 0, available(), at - now, until_reset()
 end
 
 local function charge(n)
-  count = math.max(count, math.min(count + n, rate * MAX_DEBT_US / interval))
+  count = max(count, min(count + n, rate * MAX_DEBT_US / interval))
   return rate - count, until_reset()
 end
 
 local reset_us = until_reset
 
 local function give(n)
-  count = math.max(0, count - n)
+  count = max(0, count - n)
 end
 
 local function save()

@@ -54,17 +54,17 @@ local function try(n, wait_us)
     level = level + n
     return 1, available(), wait, level * per_permit
   end
-  return 0, available(), math.max(1, wait), level * per_permit
+  return 0, available(), max(1, wait), level * per_permit
 end
 
 -- Queues n permits whatever the bucket holds: past burst is debt, which
 -- leaks before anything is granted again. remaining is 0 after a grant,
 -- below 0 by the debt.
 local function charge(n)
-  level = math.max(level, math.min(level + n, math.max(burst, MAX_DEBT_US / per_permit)))
-  return math.min(0, burst - level), level * per_permit
+  level = max(level, min(level + n, max(burst, MAX_DEBT_US / per_permit)))
+  return min(0, burst - level), level * per_permit
 end
 
 local function give(n)
-  level = math.max(0, level - n)
+  level = max(0, level - n)
 end

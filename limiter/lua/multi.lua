@@ -26,7 +26,7 @@ end
 -- config is out of date: status 2 makes it read the config again).
 local function new_multi(keys)
   local per = (#keys - 1) / #specs
-  if per < 1 or per ~= math.floor(per) then
+  if per < 1 or per ~= floor(per) then
     return nil
   end
   local limits = {}
@@ -36,7 +36,7 @@ local function new_multi(keys)
     limits[i] = new_limit(s[1], s[2], s[3], lk)
   end
   local m = {capacity = math.huge}
-  for _, l in ipairs(limits) do m.capacity = math.min(m.capacity, l.capacity) end
+  for _, l in ipairs(limits) do m.capacity = min(m.capacity, l.capacity) end
   if #limits == 1 then m.try_run = limits[1].try_run end
 
   function m.load()
@@ -49,7 +49,7 @@ local function new_multi(keys)
 
   function m.available()
     local a = math.huge
-    for _, l in ipairs(limits) do a = math.min(a, l.available()) end
+    for _, l in ipairs(limits) do a = min(a, l.available()) end
     return a
   end
 
@@ -65,7 +65,7 @@ local function new_multi(keys)
       local g, _, r = l.try(n, wait_us)
       granted[i] = g == 1
       all = all and granted[i]
-      retry = math.max(retry, r)
+      retry = max(retry, r)
     end
     if not all then
       for i, l in ipairs(limits) do
@@ -73,7 +73,7 @@ local function new_multi(keys)
       end
     end
     local reset = 0
-    for _, l in ipairs(limits) do reset = math.max(reset, l.reset_us()) end
+    for _, l in ipairs(limits) do reset = max(reset, l.reset_us()) end
     return all and 1 or 0, m.available(), retry, reset
   end
 
@@ -81,7 +81,7 @@ local function new_multi(keys)
     local remaining, reset = math.huge, 0
     for _, l in ipairs(limits) do
       local rem, r = l.charge(n)
-      remaining, reset = math.min(remaining, rem), math.max(reset, r)
+      remaining, reset = min(remaining, rem), max(reset, r)
     end
     return remaining, reset
   end

@@ -7,7 +7,7 @@
 --
 -- KEYS     per name, ARGV[3] keys: its config key, then its state keys;
 --          on a Redis Cluster the first name's only (below)
--- ARGV[1]  'acquire'
+-- ARGV[1]  'names' (prelude.lua then leaves every config key to this file)
 -- ARGV[3]  keys per name
 -- ARGV[4]  how many of the names' keys follow in ARGV, not KEYS (a
 --          Redis Cluster: 0 on a standalone node), then those keys
@@ -15,8 +15,9 @@
 --           (permits, max_wait_ms, count); or, for a name asked once
 --           without waiting (the usual case), minus the permits asked, alone
 -- Reply: {0, epoch, per name: 0 and 8 integers per run as prelude.lua
---        describes (asked once: 4, granted, remaining, retry_after_us,
---        reset_after_us, of the grant or the denial), or 2 when the name
+--        describes (asked once: granted, remaining, retry_after_us,
+--        reset_after_us, of the grant or the denial, with no 0 before:
+--        most names, so the narrowest reply), or 2 alone when the name
 --        has a config of its own (an explicit limiter wins: the caller
 --        decides it alone) or, on a cluster, its slot is not this node's}
 local per = tonumber(ARGV[3])
@@ -36,8 +37,8 @@ end
 local nk = #K
 
 -- alone(base): whether the name whose keys end at K[base] is left to
--- the caller (2).
-local alone
+-- the caller (2); asked only when explicit (some name may be).
+local alone, explicit
 if argv_keys > 0 then
   -- A cluster: a command may touch one slot, so each name is read alone.
   -- A name whose slot this node does not serve now (the caller's slot map
@@ -47,7 +48,7 @@ if argv_keys > 0 then
   local left = {}
   prefetched = {}
   for base = 0, nk - per, per do
-    local e = base == 0 and 0 or redis.pcall('EXISTS', K[base + 1])
+    local e = redis.pcall('EXISTS', K[base + 1])
     local vals = e == 0 and redis.pcall('MGET', unpack(K, base + 2, base + per))
     if e ~= 0 or vals.err then
       left[base + per] = true
@@ -56,30 +57,29 @@ if argv_keys > 0 then
     end
   end
   alone = function(base) return left[base] end
+  explicit = next(left) ~= nil
 else
-  -- The other names' config keys, with one EXISTS: when none has a
-  -- config of its own (the usual case) no name needs its own EXISTS.
-  -- (prelude.lua checked the first.) Checked here, at decision time, so
+  -- The names' config keys, with one EXISTS: when none has a config of
+  -- its own (the usual case) no name needs its own EXISTS. Checked here,
+  -- at decision time, so
   -- that an explicit limiter wins at once on every proxy; a set of
   -- explicit names would cost a SISMEMBER per name and upkeep on every
   -- RL.SETRATE, RL.DEL and config expiry, and a proxy's own cache cannot
   -- see another proxy's RL.SETRATE. Then every state with one read
   -- (prefetch), for get().
-  local explicit = false
-  if nk > per then
-    local conf_keys = {}
-    for k = per + 1, nk, per do conf_keys[#conf_keys + 1] = K[k] end
-    explicit = redis.call('EXISTS', unpack(conf_keys)) > 0
-  end
-  if per > 1 then
-    local state_keys = {}
-    for k = 1, nk do
-      if k % per ~= 1 then state_keys[#state_keys + 1] = K[k] end
+  local conf_keys, state_keys, c, s = {}, {}, 0, 0
+  for base = 0, nk - per, per do
+    c = c + 1
+    conf_keys[c] = K[base + 1]
+    for j = 2, per do
+      s = s + 1
+      state_keys[s] = K[base + j]
     end
-    prefetch(state_keys)
   end
+  explicit = redis.call('EXISTS', unpack(conf_keys)) > 0
+  if s > 0 then prefetch(state_keys) end
   alone = function(base)
-    return explicit and base > per and redis.call('EXISTS', K[base - per + 1]) == 1
+    return redis.call('EXISTS', K[base - per + 1]) == 1
   end
 end
 
@@ -99,52 +99,50 @@ else
   l = new_limit(rate, interval, burst, keys)
 end
 
-local base = 0
+-- The limit's functions as locals: a field lookup per use is a
+-- measurable part of a name's decision.
+local load, try, save, available, capacity = l.load, l.try, l.save, l.available, l.capacity
+local o, base = #out, 0
 while a <= #ARGV do
-  local runs = tonumber(ARGV[a])
+  local runs = tonumber(ARGV[a]) -- below 0: asked once, minus the permits
   a = a + 1
-  local single = runs < 0
-  if single then runs = 1 end
   if new_multi and base > 0 then
     keys = {}
     for j = 1, per do keys[j] = K[base + j] end
     l = new_multi(keys)
+    load, try, save, available, capacity = l.load, l.try, l.save, l.available, l.capacity
   else
     for j = 1, per do keys[j] = K[base + j] end
   end
   base = base + per
-  if alone(base) then
-    out[#out + 1] = 2
-    if not single then a = a + 3 * runs end
-  else
-    out[#out + 1] = 0
-    l.load()
-    for _ = 1, runs do
-      local n, wait_us, count = 0, 0, 1
-      if single then
-        n = -tonumber(ARGV[a - 1])
-      else
-        n, wait_us, count = tonumber(ARGV[a]), tonumber(ARGV[a + 1]) * 1000, tonumber(ARGV[a + 2])
-        a = a + 3
-      end
-      local o = #out
-      if single then
-        local granted, remaining, retry_us, reset_us
-        if n <= l.capacity then
-          granted, remaining, retry_us, reset_us = l.try(n, 0)
-        else
-          granted, remaining, retry_us, reset_us = -1, l.available(), 0, 0
-        end
-        out[o + 1] = granted
-        out[o + 2] = floor(remaining + EPS)
-        out[o + 3] = us(retry_us)
-        out[o + 4] = us(reset_us)
-      else
-        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
-          decide_run(l.try, l.try_run, l.capacity, l.available, n, wait_us, count)
-      end
+  if explicit and alone(base) then
+    o = o + 1
+    out[o] = 2
+    if runs > 0 then a = a + 3 * runs end
+  elseif runs < 0 then
+    local n = -runs
+    local granted, remaining, retry_us, reset_us
+    load()
+    if n <= capacity then
+      granted, remaining, retry_us, reset_us = try(n, 0)
+    else
+      granted, remaining, retry_us, reset_us = -1, available(), 0, 0
     end
-    l.save()
+    save()
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = granted, floor(remaining + EPS), us(retry_us), us(reset_us)
+    o = o + 4
+  else
+    o = o + 1
+    out[o] = 0
+    load()
+    for _ = 1, runs do
+      local n, wait_us, count = tonumber(ARGV[a]), tonumber(ARGV[a + 1]) * 1000, tonumber(ARGV[a + 2])
+      a = a + 3
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
+        decide_run(try, l.try_run, capacity, available, n, wait_us, count)
+      o = o + 8
+    end
+    save()
   end
 end
 flush()

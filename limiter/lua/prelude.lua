@@ -27,9 +27,10 @@
 --   peek / release results: {available}
 -- Hot library functions, as locals: a global lookup costs as much as
 -- the call in Redis's Lua.
-local ceil, floor, max, fmt, match = math.ceil, math.floor, math.max, string.format, string.match
+local ceil, floor, max, min, fmt, match = math.ceil, math.floor, math.max, math.min, string.format, string.match
 
 local conf
+local names_call = ARGV[1] == 'names' -- names.lua's call (see there)
 local hash_prefix, gen_ms -- set for a name whose state is kept in hashes (below)
 local packed, spack, sunpack -- string states are packed doubles (below): struct's functions
 local kind = string.sub(ARGV[2], 1, 1)
@@ -37,18 +38,18 @@ if kind == '=' or kind == '#' then
   -- A name a policy governs (RL.POLICY): its config comes with the call,
   -- "=epoch sub_rate interval_ms sub_burst [sub_limits]", and it has no
   -- config key. One that appeared (RL.SETRATE: an explicit limiter wins
-  -- over any policy) makes the caller read the config again. '#' is the
-  -- same config with its policy's state hashes first: "#hash_prefix
-  -- gen_ms[p] epoch ..." ('p': its states are packed; see State storage
-  -- below).
-  if redis.call('EXISTS', KEYS[1]) == 1 then
+  -- over any policy) makes the caller read the config again (names.lua
+  -- checks all its names' at once: names_call). '#' is the same config
+  -- with its policy's state hashes first: "#hash_prefix gen_ms epoch ..."
+  -- (see State storage below).
+  if not names_call and redis.call('EXISTS', KEYS[1]) == 1 then
     return {2, ''}
   end
-  local e, r, i, b, l, p
+  local e, r, i, b, l
   if kind == '#' then
-    hash_prefix, gen_ms, p, e, r, i, b, l = match(ARGV[2], '^#(%S+) (%d+)(p?) (%S+) (%d+) (%d+) (%d+) ?(%S*)$')
+    hash_prefix, gen_ms, e, r, i, b, l = match(ARGV[2], '^#(%S+) (%d+) (%S+) (%d+) (%d+) (%d+) ?(%S*)$')
     gen_ms = tonumber(gen_ms)
-    local struct = p == 'p' and rawget(_G, 'struct')
+    local struct = rawget(_G, 'struct')
     if struct then
       packed, spack, sunpack = true, struct.pack, struct.unpack
     end
@@ -164,7 +165,12 @@ end
 -- alive (0, 1), not by its number: the embedded backend's Lua (miniredis,
 -- gopher-lua) keeps a table's integer keys below 2^26 in an array, filled
 -- with nils up to the key, and generation numbers are in the millions.
-local gen, gens, long_flag, where, sets, dels -- gen: the first generation alive
+-- A hash's field MARK (no state key is empty) says that its expiry is set
+-- and the generation before it UNLINKed: a call that read it (prefetch)
+-- spares those two commands, which would cost a names call as much as a
+-- dozen names' decisions.
+local MARK = ''
+local gen, gens, long_flag, where, sets, dels, marked -- gen: the first generation alive
 if hash_prefix then
   gen = floor(now / 1000 / gen_ms) + 1
   gens = {[0] = hash_prefix .. ':' .. gen, [1] = hash_prefix .. ':' .. (gen + 1)}
@@ -210,7 +216,14 @@ local function prefetch(keys)
     end
     keys = missed
   end
+  keys[#keys + 1] = MARK
   look('HMGET', gens[0], gen)
+  marked = prefetched[MARK] ~= nil
+  if marked then
+    prefetched[MARK], where[MARK] = nil, nil
+  else
+    keys[#keys] = nil -- the last missed
+  end
   look('HMGET', gens[1], gen + 1)
   if #keys > 0 and redis.call('EXISTS', long_flag) == 1 then look('MGET', nil, 'long') end
 end
@@ -309,11 +322,17 @@ end
 -- UNLINK first would let a call write past maxmemory).
 local function flush()
   if not gens then return end
+  local first = sets[0]
+  if first and not marked then
+    first[#first + 1], first[#first + 2] = MARK, '1'
+  end
   for i, l in pairs(sets) do
     redis.call('HSET', gens[i], unpack(l))
-    redis.call('PEXPIREAT', gens[i], (gen + i + 1) * gen_ms)
+    if i == 1 or not marked then
+      redis.call('PEXPIREAT', gens[i], (gen + i + 1) * gen_ms)
+    end
   end
-  if next(sets) then
+  if first and not marked then
     redis.call('UNLINK', hash_prefix .. ':' .. (gen - 1))
   end
   for i, l in pairs(dels) do

@@ -14,7 +14,7 @@
 -- KEYS[3]  permits used by the grants in the window (a plain counter)
 local capacity = rate
 local window = interval / 1000 -- milliseconds
-local now_ms = math.floor(now / 1000)
+local now_ms = floor(now / 1000)
 local now_us = now
 local used
 
@@ -46,7 +46,7 @@ local function load()
     if t < 1e14 then t = t * 1000 end
     if t > now_us then now_us = t end
   end
-  now_ms = math.floor(now_us / 1000)
+  now_ms = floor(now_us / 1000)
   local counter = redis.call('GET', KEYS[3])
   if counter then
     used = tonumber(counter)
@@ -76,7 +76,7 @@ local function load()
 end
 
 local function available()
-  return math.max(0, rate - used)
+  return max(0, rate - used)
 end
 
 -- Microseconds until the window is empty again.
@@ -84,7 +84,7 @@ local function until_empty()
   if used <= 0 then return 0 end
   local newest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   if not newest[2] then return 0 end
-  return math.max(0, granted_at(newest[1]) + interval - now_us)
+  return max(0, granted_at(newest[1]) + interval - now_us)
 end
 
 -- Microseconds until enough of the oldest grants leave the window to free
@@ -97,7 +97,7 @@ local function until_freed(need)
     for i = 1, #batch, 2 do
       freed = freed + permits_of(batch[i])
       if freed >= need then
-        return math.max(0, granted_at(batch[i]) + interval - now_us)
+        return max(0, granted_at(batch[i]) + interval - now_us)
       end
     end
     start = start + 64
@@ -141,7 +141,7 @@ local function give(n)
     if not newest[1] then break end
     local p = permits_of(newest[1])
     redis.call('ZREM', KEYS[2], newest[1])
-    local back = math.min(p, n)
+    local back = min(p, n)
     if p > back then
       redis.call('ZADD', KEYS[2], newest[2], string.format('%d:%d', stamp_of(newest[1]), p - back))
     end
@@ -158,5 +158,5 @@ local function save()
     return
   end
   keep(KEYS[3], used, ttl)
-  redis.call('PEXPIRE', KEYS[2], math.max(1, ms(ttl)))
+  redis.call('PEXPIRE', KEYS[2], max(1, ms(ttl)))
 end

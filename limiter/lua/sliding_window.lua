@@ -38,9 +38,9 @@ local function load()
     stored = v
   elseif s < start then
     -- k windows have ended since: each moved at most rate of the count on.
-    local k = math.floor((start - s) / interval + 0.5)
-    cur = math.max(0, c - k * rate)
-    prev = math.min(rate, math.max(0, c - (k - 1) * rate))
+    local k = floor((start - s) / interval + 0.5)
+    cur = max(0, c - k * rate)
+    prev = min(rate, max(0, c - (k - 1) * rate))
   end
 end
 
@@ -54,14 +54,14 @@ local function estimate()
 end
 
 local function available()
-  return math.max(0, rate - estimate())
+  return max(0, rate - estimate())
 end
 
 -- Microseconds until the estimate is zero: the current window's permits
 -- weigh until the end of the next window, the previous window's until the
 -- end of this one.
 local function until_reset()
-  if cur > EPS then return start + (math.ceil(cur / rate - EPS) + 1) * interval - now end
+  if cur > EPS then return start + (ceil(cur / rate - EPS) + 1) * interval - now end
   if prev > EPS then return start + interval - now end
   return 0
 end
@@ -79,16 +79,16 @@ local function until_fits(n)
     -- The first window j after this one whose own count (what debt is
     -- carried into it) leaves room for n, then the moment in it when the
     -- window before it weighs little enough.
-    local j = math.max(1, math.ceil((cur + n - rate) / rate - EPS))
-    local cur_j = math.max(0, cur - j * rate)
-    local prev_j = math.min(rate, math.max(0, cur - (j - 1) * rate))
+    local j = max(1, ceil((cur + n - rate) / rate - EPS))
+    local cur_j = max(0, cur - j * rate)
+    local prev_j = min(rate, max(0, cur - (j - 1) * rate))
     at = start + j * interval
     if prev_j > 0 then
-      at = at + interval * math.max(0, 1 - (rate - n - cur_j) / prev_j)
+      at = at + interval * max(0, 1 - (rate - n - cur_j) / prev_j)
     end
   end
   -- Never 0 for a denial, whatever the rounding.
-  return math.max(1, at - now)
+  return max(1, at - now)
 end
 
 local function try(n, _)
@@ -102,17 +102,17 @@ end
 local reset_us = until_reset
 
 local function charge(n)
-  cur = math.max(cur, math.min(cur + n, rate * MAX_DEBT_US / interval))
+  cur = max(cur, min(cur + n, rate * MAX_DEBT_US / interval))
   return rate - estimate(), until_reset()
 end
 
 -- Gives permits back: from this window's count first, then from the
 -- previous window's (scaled, so the estimate falls by what is left).
 local function give(n)
-  local back = math.min(cur, n)
+  local back = min(cur, n)
   cur, n = cur - back, n - back
   if n > 0 and prev > 0 then
-    prev = math.max(0, prev - n / weight())
+    prev = max(0, prev - n / weight())
   end
 end
 

@@ -18,7 +18,7 @@ local function save()
 end
 
 local function available()
-  return math.max(0, burst - level)
+  return max(0, burst - level)
 end
 
 -- A request that may wait books permits ahead: the level may go above
@@ -28,7 +28,7 @@ local function try(n, wait_us)
   local over = (level + n - burst) * per_permit -- time until n fit
   if level + n <= burst + EPS or over <= wait_us then
     level = level + n
-    return 1, available(), math.max(0, over), level * per_permit
+    return 1, available(), max(0, over), level * per_permit
   end
   return 0, available(), (level + n - burst) * per_permit, level * per_permit
 end
@@ -36,7 +36,7 @@ end
 -- Grants as many of count requests of n permits (that do not wait) as
 -- fit, at once; the same as calling try(n, 0) until one is denied.
 local function try_run(n, count)
-  local g = math.max(0, math.min(count, math.floor((burst - level + EPS) / n)))
+  local g = max(0, min(count, floor((burst - level + EPS) / n)))
   if g == 0 then
     return 0, 0, 0, 0
   end
@@ -47,7 +47,7 @@ end
 
 -- Past burst is debt: it refills before anything is available again.
 local function charge(n)
-  level = math.max(level, math.min(level + n, math.max(burst, MAX_DEBT_US / per_permit)))
+  level = max(level, min(level + n, max(burst, MAX_DEBT_US / per_permit)))
   return burst - level, level * per_permit
 end
 
@@ -57,5 +57,5 @@ local function reset_us()
 end
 
 local function give(n)
-  level = math.max(0, level - n)
+  level = max(0, level - n)
 end

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Per-user decisions when Redis is the scarce resource: bench.sh's
+# capped-policy rows alone, with an optional earlier build side by side.
+#
+# One redis-server capped at 10% of a core (cap_cpu, scripts/lib.sh), a
+# policy over 10,000 names, 50 connections, each request a random name;
+# pipelines of 1 and 16. Each round runs direct EVALSHA (rlbench's
+# minimal GCRA on per-name keys), this tree's rlproxy and, when
+# BENCH_BEFORE names a binary, that rlproxy: interleaved, on the same
+# Redis. Prints per row the median throughput, its ratio to direct, and
+# Redis CPU µs per decision. Knobs: BENCH_ROUNDS (3), BENCH_SECONDS (4),
+# BENCH_BEFORE (an rlproxy binary), BENCH_OUT (bench-results).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${BENCH_ROUNDS:-3}
+SECS=${BENCH_SECONDS:-4}
+GO=${GO:-go}
+OUT=${BENCH_OUT:-bench-results}/per-user-$(date +%Y%m%d-%H%M%S)
+work=$(mktemp -d "${TMPDIR:-/tmp}/rlbench.XXXXXX")
+pids=()
+cgroup=
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	[ -z "$cgroup" ] || rmdir "$cgroup" 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+me=bench-per-user
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+
+mkdir -p "$OUT"
+$GO build -o "$work/after" ./cmd/rlproxy
+for pkg in ./cmd/rlbench ./tools/rlbench ./tools/cmd/rlbench; do
+	[ -d "$pkg" ] && { $GO build -o "$work/rlbench" "$pkg"; break; }
+done
+modes=(direct after)
+if [ -n "${BENCH_BEFORE:-}" ]; then
+	cp "$BENCH_BEFORE" "$work/before"
+	modes+=(before)
+fi
+
+start_redis
+R=$REDIS_PORT
+cap_cpu "$REDIS_PID" || exit 1
+declare -A port pid
+for m in "${modes[@]}"; do
+	[ "$m" = direct ] && continue
+	port[$m]=$(free_port)
+	"$work/$m" --listen "127.0.0.1:${port[$m]}" --backend "redis://127.0.0.1:$R" --log-level warn \
+		2>"$work/$m.log" &
+	pid[$m]=$!
+	pids+=($!)
+	wait_ready "${port[$m]}"
+done
+
+say "$me: $(nproc) CPUs, load average $(cut -d' ' -f1 /proc/loadavg); Redis capped at 10% of a core"
+for p in 1 16; do
+	for round in $(seq "$ROUNDS"); do
+		for m in "${modes[@]}"; do
+			name=capped-policy-p$p-$m
+			args=(--addr "127.0.0.1:$R" --mode direct)
+			if [ "$m" != direct ]; then
+				redis-cli -p "${port[$m]}" RL.POLICY SET "bench:$name:*" 1000000000 1s >/dev/null
+				args=(--addr "127.0.0.1:${port[$m]}" --mode rlproxy --stats-proxy "127.0.0.1:${port[$m]}" --proxy-pid "${pid[$m]}")
+			fi
+			"$work/rlbench" "${args[@]}" --stats-redis "127.0.0.1:$R" --scenario "$name" --round "$round" \
+				--key-prefix "bench:$name:" --duration "${SECS}s" --conns 50 --pipeline "$p" --keys 10000 \
+				--setup=false --out "$OUT/$name-r$round.json" >/dev/null
+		done
+	done
+done
+
+python3 - "$OUT" "${modes[@]}" <<'PY'
+import glob, json, statistics as st, sys
+out, modes = sys.argv[1], sys.argv[2:]
+print("row                   mode     ops/s    x direct  Redis us/decision  (medians of rounds)")
+for p in (1, 16):
+    med = {}
+    for m in modes:
+        runs = [json.load(open(f)) for f in sorted(glob.glob("%s/capped-policy-p%d-%s-r*.json" % (out, p, m)))]
+        med[m] = (st.median(r["ops_per_sec"] for r in runs), st.median(r.get("redis_cpu_per_request_us", 0) for r in runs))
+    for m in modes:
+        ops, us = med[m]
+        print("capped-policy-p%-5d %-8s %8.0f %8.2f %12.1f" % (p, m, ops, ops / med["direct"][0], us))
+PY
+say "$me: runs in $OUT"

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Redis time of one policy names call (names.lua, token-bucket, state in
+# generation hashes) against ../shared/bench/names-floor.lua (the least a
+# batched exact decision costs), script against script on one quiet
+# redis-server: no proxy and no load generator compete for the CPUs, so
+# the ratio holds on a busy machine where names-floor.sh's cannot.
+# usage: names-cost.sh [BATCH (41)] [ROUNDS (13)] [GIT_REV...]
+# Each GIT_REV's names script is measured too (limiter/lua at that rev:
+# before/after tables). Rounds interleave the scripts; every call asks
+# BATCH random names of 10,000 once each, as 50 unpipelined clients'
+# calls do. Prints the median and the least Redis µs per call (INFO
+# commandstats) and each one's ratio to the floor. Needs python3 with
+# redis-py (Debian python3-redis).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+batch=${1:-41}
+rounds=${2:-13}
+shift $(($# < 2 ? $# : 2))
+floor=${NAMES_FLOOR:-../shared/bench/names-floor.lua}
+work=$(mktemp -d "${TMPDIR:-/tmp}/names-cost.XXXXXX")
+pids=()
+cgroup=
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+me=names-cost
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+dirs=(limiter/lua)
+for rev in "$@"; do
+	mkdir -p "$work/$rev"
+	git archive "$rev" limiter/lua | tar -x -C "$work/$rev"
+	dirs+=("$work/$rev/limiter/lua")
+done
+start_redis
+py=python3
+$py -c 'import redis' 2>/dev/null || py=/usr/bin/python3
+$py - "$REDIS_PORT" "$batch" "$rounds" "$floor" "${dirs[@]}" <<'PY'
+import random, statistics as st, sys
+import redis
+port, B, rounds, floor = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+dirs = sys.argv[5:]
+r = redis.Redis(port=port)
+
+def names_script(d):
+    # As scripts.go builds it: prelude, the algorithm wrapped as
+    # new_limit, no multi-limit constructor, names.lua.
+    read = lambda f: open('%s/%s' % (d, f)).read()
+    return (read('prelude.lua') + 'local function new_limit(rate, interval, burst, KEYS)\n' +
+            read('token_bucket.lua') + '\nreturn {capacity = capacity, load = load, save = save, try = try, ' +
+            'try_run = try_run,\n  available = available, give = give, charge = charge, reset_us = reset_us}\nend\n' +
+            'local new_multi\n' + read('names.lua'))
+
+def old_format(d):  # before the names op and the unsuffixed generation length
+    return "'names'" not in open(d + '/prelude.lua').read()
+
+epoch = 'e1.3600001p'  # 100 per hour, burst 100: generations of an hour
+calls = {}
+calls['floor'] = (r.script_load(open(floor).read()),
+                  lambda sha, ns: r.evalsha(sha, 1, 'floor', 100, 3600000, 100, *['user:%d' % n for n in ns]))
+for d in dirs:
+    old = old_format(d)
+    conf = '#rl:{policies}:s:%s 3600001%s %s 100 3600000 100' % (epoch, 'p' if old else '', epoch)
+    op = 'acquire' if old else 'names'
+    def call(sha, ns, conf=conf, op=op):
+        keys = []
+        for n in ns:
+            keys += ['rl:{user:%012d:0}:c' % n, 'rl:{user:%012d:0}:%s:s' % (n, epoch)]
+        return r.evalsha(sha, len(keys), *keys, op, conf, 2, 0, *([-1] * len(ns)))
+    calls[d] = (r.script_load(names_script(d)), call)
+for name, (sha, call) in calls.items():  # every name has state, as after warm-up
+    for i in range(0, 10000, B):
+        call(sha, range(i, min(10000, i + B)))
+us = {name: [] for name in calls}
+for _ in range(rounds):
+    for name, (sha, call) in calls.items():
+        r.config_resetstat()
+        for _ in range(100):
+            call(sha, [random.randrange(10000) for _ in range(B)])
+        us[name].append(r.info('commandstats')['cmdstat_evalsha']['usec_per_call'])
+f = us['floor']
+print('%d names per call, %d rounds of 100 calls each' % (B, rounds))
+for name, u in us.items():
+    print('%-40s median %7.1f us/call (x floor %.2f)  least %7.1f (x floor %.2f)' % (
+        name if name == 'floor' else 'names.lua ' + name, st.median(u),
+        st.median(a / b for a, b in zip(u, f)), min(u), min(u) / min(f)))
+PY
