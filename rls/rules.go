@@ -29,6 +29,7 @@ type Limit struct {
 	Name            string   // what other limits' replaces name
 	Replaces        []string // limits this one switches off when both apply
 	Shadow          bool     // shadow_mode: decide and count, but answer OK
+	QuotaMode       bool     // quota_mode: over it fails the request only if every quota descriptor is over
 	DetailedMetric  bool
 	Algo            limiter.Algo // rlproxy's own: default fixed-window
 	Burst           int64        // rlproxy's own: token/leaky bucket capacity
@@ -196,7 +197,7 @@ func (ld *loader) fields(n *yaml.Node, allowed ...string) (map[string]*yaml.Node
 
 // unsupported are envoyproxy/ratelimit's keys whose meaning rlproxy does
 // not implement: refused rather than ignored, since each changes decisions.
-var unsupported = []string{"quota_mode", "share_threshold"}
+var unsupported = []string{"share_threshold"}
 
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
@@ -251,7 +252,7 @@ func (ld *loader) descriptors(parent *node, list *yaml.Node) error {
 		return ld.fail(list, "'descriptors' must be a list, found %s", kindName(list))
 	}
 	for _, d := range list.Content {
-		f, err := ld.fields(d, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "metadata")
+		f, err := ld.fields(d, "key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "metadata")
 		if err != nil {
 			return err
 		}
@@ -287,7 +288,7 @@ func (ld *loader) descriptors(parent *node, list *yaml.Node) error {
 
 // noLimitKeys refuses a descriptor's keys that mean something only with a rate_limit.
 func (ld *loader) noLimitKeys(f map[string]*yaml.Node) error {
-	for _, k := range []string{"shadow_mode", "detailed_metric"} {
+	for _, k := range []string{"shadow_mode", "quota_mode", "detailed_metric"} {
 		if _, err := ld.boolean(f, k); err != nil {
 			return err
 		}
@@ -304,6 +305,9 @@ func (ld *loader) limit(f map[string]*yaml.Node, at *node) (*Limit, error) {
 	}
 	l := &Limit{Where: fmt.Sprintf("%s:%d", ld.file, rn.Line), Algo: limiter.FixedWindow}
 	if l.Shadow, err = ld.boolean(f, "shadow_mode"); err != nil {
+		return nil, err
+	}
+	if l.QuotaMode, err = ld.boolean(f, "quota_mode"); err != nil {
 		return nil, err
 	}
 	if l.DetailedMetric, err = ld.boolean(f, "detailed_metric"); err != nil {

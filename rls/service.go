@@ -142,27 +142,73 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	}
 	var results []limiter.Result
 	if len(asks) > 0 {
-		if results, err = s.decide.Decide(ctx, asks); err != nil {
+		if results, err = s.decideAll(ctx, asks); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "rate limit backend: %v", err)
 		}
 	}
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ds))}
 	var least *pb.RateLimitResponse_DescriptorStatus // what the headers tell
 	now := time.Now()
+	quota, quotaOver := 0, 0
 	for i, d := range ds {
 		st := descriptorStatus(d, results, now)
 		resp.Statuses[i] = st
-		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+		if d.limit != nil && d.limit.QuotaMode {
+			quota++
+			if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+				quotaOver++
+			}
+		} else if st.Code == pb.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 			least = st
 		} else if st.CurrentLimit != nil && (least == nil || (least.Code == pb.RateLimitResponse_OK && st.LimitRemaining < least.LimitRemaining)) {
 			least = st
 		}
 	}
+	if quota > 0 && quota == quotaOver {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
 	if opt.Headers && least != nil {
 		resp.ResponseHeadersToAdd = headers(least)
 	}
 	return resp, nil
+}
+
+// decideAll decides asks together. Quota descriptors (quota_mode) over
+// their limit fail the request only when every quota descriptor is over:
+// when only some are, the rest are decided again without them.
+func (s *Service) decideAll(ctx context.Context, asks []Ask) ([]limiter.Result, error) {
+	res, err := s.decide.Decide(ctx, asks)
+	if err != nil {
+		return nil, err
+	}
+	var keep []Ask
+	var at []int
+	quota, quotaOver, over := 0, 0, false
+	for i, a := range asks {
+		switch {
+		case a.Limit.QuotaMode && !res[i].Granted:
+			quota++
+			quotaOver++
+			continue
+		case a.Limit.QuotaMode:
+			quota++
+		case !res[i].Granted:
+			over = true
+		}
+		keep, at = append(keep, a), append(at, i)
+	}
+	if over || quotaOver == 0 || quotaOver == quota {
+		return res, nil
+	}
+	again, err := s.decide.Decide(ctx, keep)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		res[i] = again[j]
+	}
+	return res, nil
 }
 
 // limits finds each descriptor's rule and permits, then drops the rules
