@@ -121,7 +121,7 @@ func TestRLSDecisions(t *testing.T) {
 		{[]*rlv3.RateLimitDescriptor{desc("user=42")}, "OVER_LIMIT OVER_LIMIT/0"},
 		// nested: tenant=acme then user; the tenant alone is its own limit
 		{[]*rlv3.RateLimitDescriptor{desc("tenant=acme", "user=1"), desc("tenant=acme")}, "OK OK/1 OK/4"},
-		{[]*rlv3.RateLimitDescriptor{desc("tenant=other")}, "OK OK"}, // no rule
+		{[]*rlv3.RateLimitDescriptor{desc("tenant=other")}, "OK OK"},                 // no rule
 		{[]*rlv3.RateLimitDescriptor{desc("tenant=acme", "user=1", "x=y")}, "OK OK"}, // longer than the config
 		// wildcard
 		{[]*rlv3.RateLimitDescriptor{desc("path=/admin/users")}, "OK OK/0"},
