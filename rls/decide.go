@@ -59,6 +59,7 @@ func (d *Limiters) Decide(ctx context.Context, asks []Ask) ([]limiter.Result, er
 	out := make([]limiter.Result, len(asks))
 	outs := d.L.AcquireAll(ctx, reqs)
 	all := true
+	var failed error
 	for i, o := range outs {
 		if _, missing := o.Err.(*ratelimit.NoLimiterError); missing {
 			// Its limiter is gone (RL.DEL, an expired TTL, a fresh
@@ -73,11 +74,15 @@ func (d *Limiters) Decide(ctx context.Context, asks []Ask) ([]limiter.Result, er
 		case errors.As(o.Err, &over):
 			o.Result, o.Err = limiter.Result{OverCapacity: true}, nil
 		case o.Err != nil:
-			d.giveBack(ctx, asks[:i], out[:i])
-			return nil, o.Err
+			failed = o.Err
+			continue
 		}
 		out[i] = o.Result
 		all = all && o.Granted
+	}
+	if failed != nil {
+		d.giveBack(ctx, asks, out) // no decision: nothing is kept
+		return nil, failed
 	}
 	if !all {
 		d.giveBack(ctx, asks, out)
