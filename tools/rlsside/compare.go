@@ -28,11 +28,12 @@ type yamlDescriptor struct {
 type step struct {
 	descs []string // each descriptor as "k=v,k2=v2"
 	unit  string   // the shortest unit among them, for aligning to windows
+	pair  bool     // part of a pair's steps: where all or nothing differs
 }
 
-// sequence makes a config's requests: each limited descriptor (a value
-// for a key without one, "x" for a wildcard's '*') until past its limit,
-// then pairs of neighbouring descriptors.
+// sequence makes a config's requests: each limited descriptor until past its limit,
+// then pairs of neighbouring descriptors (values "v1", "v2"; a
+// wildcard's '*' becomes "-x1", "-x2").
 func sequence(file string) (domain string, steps []step, err error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -49,6 +50,7 @@ func sequence(file string) (domain string, steps []step, err error) {
 		entries string
 		n       int
 		unit    string
+		fresh   string // the entries with values not used before ("" if all are exact)
 	}
 	var paths []path
 	var walk func(prefix string, ds []yamlDescriptor)
@@ -59,7 +61,7 @@ func sequence(file string) (domain string, steps []step, err error) {
 			case v == "":
 				v = "v1"
 			case strings.Contains(v, "*"):
-				v = strings.ReplaceAll(v, "*", "x")
+				v = strings.ReplaceAll(v, "*", "-x1")
 			}
 			e := prefix + d.Key + "=" + v
 			if rl := d.RateLimit; rl != nil {
@@ -67,7 +69,11 @@ func sequence(file string) (domain string, steps []step, err error) {
 				if !rl.Unlimited {
 					n = int(min(rl.RequestsPerUnit, 4)) + 2
 				}
-				paths = append(paths, path{e, n, strings.ToLower(rl.Unit)})
+				fresh := ""
+				if strings.Contains(e, "=v1") || strings.Contains(e, "-x1") {
+					fresh = strings.ReplaceAll(strings.ReplaceAll(e, "=v1", "=v2"), "-x1", "-x2")
+				}
+				paths = append(paths, path{e, n, strings.ToLower(rl.Unit), fresh})
 			}
 			walk(e+",", d.Descriptors)
 		}
@@ -78,10 +84,19 @@ func sequence(file string) (domain string, steps []step, err error) {
 			steps = append(steps, step{descs: []string{p.entries}, unit: p.unit})
 		}
 	}
-	for i := 0; i+1 < len(paths); i += 2 {
-		for range 3 {
-			steps = append(steps, step{descs: []string{paths[i].entries, paths[i+1].entries}, unit: shorter(paths[i].unit, paths[i+1].unit)})
+	// Pairs: a descriptor past its limit (from above) with one of fresh
+	// values, twice, then the fresh one alone: envoyproxy/ratelimit
+	// counts the fresh one although the request is over the limit.
+	for i := 0; i+1 < len(paths); i++ {
+		a, b := paths[i], paths[i+1]
+		if b.fresh == "" {
+			continue
 		}
+		unit := shorter(a.unit, b.unit)
+		steps = append(steps,
+			step{descs: []string{a.entries, b.fresh}, unit: unit, pair: true},
+			step{descs: []string{a.entries, b.fresh}, unit: unit, pair: true},
+			step{descs: []string{b.fresh}, unit: unit, pair: true})
 	}
 	return root.Domain, steps, nil
 }
@@ -174,16 +189,19 @@ func compareSteps(name, domain string, steps []step, refAddr, rlpAddr string) (s
 	}
 	defer rlpcc.Close()
 	for i, s := range steps {
-		alignWindow(s.unit, i == 0 || strings.Join(steps[i-1].descs, "|") != strings.Join(s.descs, "|"))
+		alignWindow(s.unit, i == 0 || (!s.pair && strings.Join(steps[i-1].descs, "|") != strings.Join(s.descs, "|")) || (s.pair && len(s.descs) == 2 && !steps[i-1].pair) || (s.pair && len(steps[i-1].descs) == 1))
 		req := &pb.RateLimitRequest{Domain: domain, Descriptors: descs(s.descs...)}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		a := answer(refc.ShouldRateLimit(ctx, req))
 		b := answer(rlpc.ShouldRateLimit(ctx, req))
 		cancel()
 		mark := "yes"
-		if a == b {
+		switch {
+		case a == b:
 			same++
-		} else {
+		case s.pair:
+			mark = "no: all or nothing"
+		default:
 			mark = "**no**"
 		}
 		fmt.Printf("| %s | %d | %s | %s | %s | %s |\n", name, i+1, strings.Join(s.descs, " + "), a, b, mark)
