@@ -129,7 +129,10 @@ func startRef(bin, redisAddr string, configs []string) (*proc, error) {
 	}
 	port := freePort()
 	env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr, "RUNTIME_ROOT=" + root,
-		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false", "LOG_LEVEL=warn",
+		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=warn",
+		// Stats to statsd as deployed (UDP to a port nobody reads): without
+		// statsd its stats go to a debug log line per request.
+		"USE_STATSD=true", "STATSD_HOST=127.0.0.1", fmt.Sprintf("STATSD_PORT=%d", freePort()),
 		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LIMIT_RESPONSE_HEADERS_ENABLED=true",
 		fmt.Sprintf("PORT=%d", freePort()), fmt.Sprintf("DEBUG_PORT=%d", freePort()), fmt.Sprintf("GRPC_PORT=%d", port)}
 	return startProc(fmt.Sprintf("127.0.0.1:%d", port), env, bin)
