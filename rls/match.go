@@ -133,12 +133,10 @@ func wildcardMatch(parts []string, value string) bool {
 // name is the limiter name: "<domain>:<key>=<value>..." over every entry.
 func (r *Rules) Match(domain string, entries []*rlv3.RateLimitDescriptor_Entry) (l *Limit, name string) {
 	n := r.domains[domain]
-	for i, e := range entries {
+	for _, e := range entries {
+		// A descriptor longer than the config's finds no node: no limit.
 		if n = n.nextOrNil(e.GetKey(), e.GetValue()); n == nil {
 			return nil, ""
-		}
-		if i < len(entries)-1 && len(n.exact)+len(n.wild)+len(n.any) == 0 {
-			return nil, "" // the request's descriptor is longer than the config's
 		}
 	}
 	if n == nil || n.limit == nil {

@@ -31,6 +31,9 @@ descriptors:
   - key: w
     value: "a*"
     rate_limit: {unit: day, requests_per_unit: 2}
+  - key: w
+    value: abx
+    rate_limit: {unit: minute, requests_per_unit: 7}
   - key: m
     value: "x*y"
     rate_limit: {unit: week, requests_per_unit: 3}
@@ -78,6 +81,7 @@ func TestLoadEveryKey(t *testing.T) {
 		{[]string{"w=abc"}, "d:w=abc", func(l *Limit) bool { // the longer wildcard first
 			return l.Unit == pb.RateLimitResponse_RateLimit_HOUR && l.Replaces[0] == "inner" && l.Pattern == "d:w=ab*"
 		}},
+		{[]string{"w=abx"}, "d:w=abx", func(l *Limit) bool { return l.RequestsPerUnit == 7 && l.Exact == "d:w=abx" }}, // exact before wildcards
 		{[]string{"w=ax"}, "d:w=ax", func(l *Limit) bool { return l.Unit == pb.RateLimitResponse_RateLimit_DAY }},
 		{[]string{"w=b"}, "", nil},
 		{[]string{"m=x-and-y"}, "d:m=x-and-y", func(l *Limit) bool { return l.Pattern == "" && l.Exact == "" }}, // made per name
