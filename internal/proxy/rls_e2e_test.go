@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +19,7 @@ import (
 	"github.com/rlproxy/rlproxy/internal/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -321,5 +324,50 @@ func TestRLSNoOverAdmissionFourProxies(t *testing.T) {
 	}
 	if all, users := used("bench:all=x"), used("bench:user=u0")+used("bench:user=u1"); all != g || users != g {
 		t.Fatalf("granted %d but all=x used %d and the users %d: a denied request kept permits", g, all, users)
+	}
+}
+
+// With tls_listen set, the service is TLS with the same certificates,
+// client certificates required when tls_client_ca_file is set.
+func TestRLSTLS(t *testing.T) {
+	ca := redistest.MakeCA(t, t.TempDir())
+	h, _ := startRLSProxy(t, redistest.StartServer(t), rlsRules, func(c *config.Config) {
+		c.TLSListen, c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = "127.0.0.1:0", ca.ServerCert, ca.ServerKey, ca.CA
+	})
+	pool := x509.NewCertPool()
+	pem, err := os.ReadFile(ca.CA)
+	if err != nil || !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("CA: %v", err)
+	}
+	call := func(cfg *tls.Config) error {
+		cc, err := grpc.NewClient(h.proxy.RLSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		_, err = pb.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("user=1")}})
+		return err
+	}
+	if err := call(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}); err == nil {
+		t.Fatal("a client without a certificate was answered")
+	}
+	cert, err := tls.LoadX509KeyPair(ca.ClientCert, ca.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := call(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}}); err != nil {
+		t.Fatalf("a client with a certificate: %v", err)
+	}
+	cc, err := grpc.NewClient(h.proxy.RLSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if _, err := pb.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("user=1")}}); err == nil {
+		t.Fatal("a plaintext client was answered")
 	}
 }
