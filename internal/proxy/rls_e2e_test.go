@@ -53,6 +53,11 @@ descriptors:
     rate_limit: {unlimited: true}
   - key: never
     rate_limit: {unit: day, requests_per_unit: 0}
+  - key: org               # under a key without a value: a limiter per name, made on first use
+    descriptors:
+      - key: team
+        value: red
+        rate_limit: {unit: day, requests_per_unit: 2}
 `
 
 // startRLS starts a proxy serving rules (written to a file) on rls_listen.
@@ -141,6 +146,12 @@ func TestRLSDecisions(t *testing.T) {
 		// unlimited, and 0 requests per unit
 		{[]*rlv3.RateLimitDescriptor{desc("free=1")}, "OK OK"},
 		{[]*rlv3.RateLimitDescriptor{desc("never=1")}, "OVER_LIMIT OVER_LIMIT/0"},
+		// a limiter per name, made on first use
+		{[]*rlv3.RateLimitDescriptor{desc("org=1", "team=red")}, "OK OK/1"},
+		{[]*rlv3.RateLimitDescriptor{desc("org=1", "team=red")}, "OK OK/0"},
+		{[]*rlv3.RateLimitDescriptor{desc("org=1", "team=red")}, "OVER_LIMIT OVER_LIMIT/0"},
+		{[]*rlv3.RateLimitDescriptor{desc("org=2", "team=red")}, "OK OK/1"},
+		{[]*rlv3.RateLimitDescriptor{desc("org=2", "team=blue")}, "OK OK"},
 	}
 	for i, s := range steps {
 		if got := verdict(should(t, c, s.ds...)); got != s.want {
@@ -156,6 +167,8 @@ func TestRLSSameStateAsRL(t *testing.T) {
 	h.Do(t, "RL.AVAILABLE", "bench:user=42").Equal(int64(r.Statuses[0].LimitRemaining))
 	should(t, c, desc("tenant=acme", "user=9"))
 	h.Do(t, "RL.AVAILABLE", "bench:tenant=acme:user=9").Equal(int64(1))
+	should(t, c, desc("org=5", "team=red"))
+	h.Do(t, "RL.AVAILABLE", "bench:org=5:team=red").Equal(int64(1))
 	h.Do(t, "RL.RESET", "bench:user=42").Equal(int64(1))
 	if got := verdict(should(t, c, desc("user=42"))); got != "OK OK/2" {
 		t.Fatalf("after RL.RESET: %q", got)
@@ -246,7 +259,7 @@ func TestRLSHealthInfoMetrics(t *testing.T) {
 	should(t, c, desc("never=1"))
 	should(t, c, desc("free=1"))
 	info := h.Do(t, "INFO", "rls").String()
-	for _, want := range []string{"# RLS", "rls_requests_ok:1", "rls_requests_over_limit:1", "rls_domains:1", "rls_rate_limits:9"} {
+	for _, want := range []string{"# RLS", "rls_requests_ok:1", "rls_requests_over_limit:1", "rls_domains:1", "rls_rate_limits:10"} {
 		if !strings.Contains(info, want) {
 			t.Fatalf("INFO rls lacks %q:\n%s", want, info)
 		}
