@@ -206,6 +206,24 @@ type Config struct {
 	// Empty disables all three. Defaults to "".
 	MetricsListen string `mapstructure:"metrics_listen"`
 
+	// (Optional) Address serving Envoy's rate limit service (gRPC
+	// envoy.service.ratelimit.v3.RateLimitService and the gRPC health
+	// service), for example "127.0.0.1:8081". Over TLS with the tls_*
+	// files when tls_listen is set. Needs rls_config. Empty: off.
+	// Defaults to "".
+	RLSListen string `mapstructure:"rls_listen"`
+
+	// (Optional) A file, or a folder of .yaml files, of envoyproxy/ratelimit
+	// rate limit configs (domain, descriptors, rate_limit ...). Reloaded
+	// on SIGHUP: a bad file refuses the reload and the running rules stay.
+	// Defaults to "".
+	RLSConfig string `mapstructure:"rls_config"`
+
+	// (Optional) Add RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset
+	// and their X-RateLimit-* spellings to each ShouldRateLimit reply's
+	// response_headers_to_add. Defaults to false.
+	RLSResponseHeaders bool `mapstructure:"rls_response_headers"`
+
 	// (Optional) Gateway passthrough: forward every command rlproxy does
 	// not own to Redis and relay its reply unchanged, so an application
 	// uses Redis and the RL.* commands through one URL. Defaults to false.
@@ -325,6 +343,17 @@ func (c Config) Validate() error {
 	}
 
 	errs = append(errs, c.checkFrontDoor()...)
+
+	if c.RLSListen != "" {
+		if err := checkAddr(c.RLSListen); err != nil {
+			bad("rls_listen must be empty or a host:port address (got %q): %v", c.RLSListen, err)
+		} else if (c.RLSListen == c.Listen || c.RLSListen == c.MetricsListen) && !strings.HasSuffix(c.RLSListen, ":0") {
+			bad("rls_listen must differ from listen and metrics_listen (%q)", c.RLSListen)
+		}
+		if c.RLSConfig == "" {
+			bad("rls_listen needs rls_config (the rate limit configs it serves)")
+		}
+	}
 
 	if len(c.Backends) > 0 && len(c.Cluster) > 0 {
 		bad("backends and cluster are mutually exclusive: set one of them (or neither, for the embedded in-memory backend)")

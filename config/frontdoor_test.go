@@ -71,6 +71,8 @@ func TestFrontDoorKeys(t *testing.T) {
 		{[]string{"--tls-cert-file", "x.pem"}, "need tls_listen"},
 		{[]string{"--tls-listen", ":6390", "--tls-cert-file", "/nonexistent.pem", "--tls-key-file", "/nonexistent.key"}, "tls_cert_file: stat /nonexistent.pem"},
 		{[]string{"--tls-listen", "127.0.0.1:6380"}, "tls_listen must differ from listen"},
+		{[]string{"--rls-listen", ":8081"}, "rls_listen needs rls_config"},
+		{[]string{"--rls-listen", "nowhere", "--rls-config", "r.yaml"}, "rls_listen must be empty or a host:port address"},
 	} {
 		clearEnv(t)
 		_, err := Load(tc.args, nil)

@@ -57,6 +57,10 @@ func (s *Server) listenerTLS() *tls.Config {
 	}
 }
 
+// ListenerTLS is the TLS listener's config, for another listener with
+// the same certificates (they follow ReloadTLS).
+func (s *Server) ListenerTLS() *tls.Config { return s.listenerTLS() }
+
 // ReloadTLS re-reads the TLS certificate, key and client CA files. On an
 // error the certificates in use stay.
 func (s *Server) ReloadTLS() error {

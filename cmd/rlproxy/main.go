@@ -171,7 +171,7 @@ func serving(cfg config.Config, p *proxy.Proxy) []any {
 		"backends", describe(cfg, p.Embedded()),
 		"auth", onOff(cfg.RequirePass != "" || len(cfg.Users) > 0), "users", len(cfg.Users),
 		"passthrough", onOff(cfg.Passthrough), "policies", p.Policies(),
-		"metrics", metrics,
+		"metrics", metrics, "rls", p.RLSAddr(),
 		"version", proxy.Version,
 	}
 }

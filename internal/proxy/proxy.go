@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/commands"
 	"github.com/rlproxy/rlproxy/config"
@@ -32,6 +33,7 @@ type Proxy struct {
 	limiters *ratelimit.Limiters
 	leases   *lease.Service
 	gateway  *passthrough.Gateway // nil without passthrough
+	rls      *rlsServer           // nil without rls_listen
 	server   *server.Server
 	metrics  *metrics
 	health   *health
@@ -50,6 +52,10 @@ type Proxy struct {
 
 // Start connects the backends and starts serving clients.
 func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, error) {
+	rules, err := loadRLS(cfg)
+	if err != nil {
+		return nil, err
+	}
 	scripts := limiter.NewScripts()
 	poller := busypoll.New(cfg.BusyPoll)
 	pool, err := backend.Open(ctx, backend.Options{
@@ -81,6 +87,12 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	if gw != nil {
 		stats = append(stats, passthroughStats(gw)...)
 	}
+	rs := newRLS(cfg, rules, limiters)
+	more := []prometheus.Collector{policyCollector{limiters}}
+	if rs != nil {
+		stats = append(stats, rlsStats(rs)...)
+		more = append(more, rlsCollector{rs})
+	}
 	o := frontDoor(cfg)
 	o.Version, o.Log, o.Poller = Version, log, poller
 	if gw != nil {
@@ -90,7 +102,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)
 	co := commandOptions(cfg)
 	srv = server.New(o, commands.Limiters(limiters, co), commands.Leases(leases), commands.Policies(limiters, co))
-	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, gateway: gw, cfg: cfg, reloads: reloads, done: make(chan error, 1),
+	p := &Proxy{pool: pool, limiters: limiters, leases: leases, server: srv, gateway: gw, rls: rs, cfg: cfg, reloads: reloads, done: make(chan error, 1),
 		health: &health{nodes: pool.Nodes(), scripts: scripts.All(), timeout: cfg.BackendTimeout}}
 	p.stopPolicies = make(chan struct{})
 	// closeAll undoes a start that fails part way.
@@ -119,10 +131,18 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	}
 	if cfg.MetricsListen != "" {
 		p.readyDelay = cfg.ShutdownReadyDelay
-		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats, p.health, policyCollector{limiters}); err != nil {
+		if p.metrics, err = startMetrics(cfg.MetricsListen, pool, stats, p.health, more...); err != nil {
 			srv.Close()
 			closeAll()
 			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
+		}
+	}
+	if rs != nil {
+		if err := rs.serve(ctx, cfg, srv, log); err != nil {
+			p.metrics.close()
+			srv.Close()
+			closeAll()
+			return nil, err
 		}
 	}
 	go func() { p.done <- srv.Serve() }()
@@ -154,6 +174,14 @@ func (p *Proxy) MetricsAddr() string {
 		return ""
 	}
 	return p.metrics.addr()
+}
+
+// RLSAddr is the address of Envoy's rate limit service ("" when off).
+func (p *Proxy) RLSAddr() string {
+	if p.rls == nil {
+		return ""
+	}
+	return p.rls.addr()
 }
 
 // Embedded reports whether the proxy runs on the embedded in-memory backend.
@@ -189,6 +217,7 @@ func (p *Proxy) Shutdown(timeout time.Duration) error {
 	case <-time.After(p.readyDelay):
 	case <-ctx.Done():
 	}
+	p.rls.close(ctx)
 	err := p.server.Shutdown(ctx)
 	return p.closeRest(err)
 }
@@ -196,6 +225,7 @@ func (p *Proxy) Shutdown(timeout time.Duration) error {
 func (p *Proxy) closeRest(err error) error {
 	p.closeOnce.Do(func() {
 		close(p.stopPolicies)
+		p.rls.close(context.Background())
 		<-p.done
 		p.metrics.close()
 		p.limiters.Close()

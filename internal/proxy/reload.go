@@ -61,6 +61,11 @@ func (p *Proxy) Reload(cfg config.Config) (needRestart []string, err error) {
 		p.reloads.failed.Add(1)
 		return nil, err
 	}
+	rules, err := loadRLS(cfg) // re-read each time: its files may have changed
+	if err != nil {
+		p.reloads.failed.Add(1)
+		return nil, err
+	}
 	if err := p.server.Reload(frontDoor(cfg)); err != nil {
 		p.reloads.failed.Add(1)
 		return nil, err
@@ -74,6 +79,10 @@ func (p *Proxy) Reload(cfg config.Config) (needRestart []string, err error) {
 			return nil, err
 		}
 		applied = append(applied, "policies")
+	}
+	if p.rls != nil && rules != nil {
+		p.rls.reload(cfg, rules)
+		applied = append(applied, "rls_config", "rls_response_headers")
 	}
 	for _, key := range config.Changed(p.cfg, cfg) {
 		if !slices.Contains(frontDoorKeys, key) && !slices.Contains(callerKeys, key) && !slices.Contains(applied, key) {

@@ -1,0 +1,208 @@
+// Command rlsside runs rlproxy's rate limit service and
+// envoyproxy/ratelimit side by side on one redis-server, through the same
+// gRPC client.
+//
+//	rlsside compare -ref ratelimit -rlproxy rlproxy CONFIG.yaml...
+//	rlsside bench -ref ratelimit -rlproxy rlproxy [-rounds 5 -callers 50 -time 5s]
+//
+// compare sends each config a request sequence made from its rules to
+// both services and prints a table of their answers (overall code, each
+// descriptor's code, limit and remaining). bench measures throughput,
+// latency and Redis CPU per decision for a hot descriptor and for 10,000
+// values of one descriptor, in interleaved rounds, and prints medians.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: rlsside compare|bench -ref BIN -rlproxy BIN ...")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	ref := fs.String("ref", "ratelimit", "envoyproxy/ratelimit's binary (src/service_cmd)")
+	rlp := fs.String("rlproxy", "rlproxy", "rlproxy's binary")
+	rounds := fs.Int("rounds", 5, "bench: rounds per service")
+	callers := fs.Int("callers", 50, "bench: concurrent callers")
+	length := fs.Duration("time", 5*time.Second, "bench: length of a round")
+	fs.Parse(os.Args[2:]) //nolint:errcheck // ExitOnError
+	var err error
+	switch os.Args[1] {
+	case "compare":
+		err = compare(*ref, *rlp, fs.Args())
+	case "bench":
+		err = bench(*ref, *rlp, *rounds, *callers, *length)
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rlsside:", err)
+		os.Exit(1)
+	}
+}
+
+// freePort is a loopback port free now.
+func freePort() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// proc is a started process.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string // its gRPC (or Redis) address
+}
+
+func (p *proc) stop() {
+	p.cmd.Process.Kill() //nolint:errcheck // best effort
+	p.cmd.Wait()         //nolint:errcheck // killed
+}
+
+func startProc(addr string, env []string, name string, args ...string) (*proc, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &proc{cmd: cmd, addr: addr}, nil
+}
+
+// startRedis starts a redis-server without persistence.
+func startRedis() (*proc, *redis.Client, error) {
+	port := freePort()
+	p, err := startProc(fmt.Sprintf("127.0.0.1:%d", port), nil, "redis-server", "--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err != nil {
+		return nil, nil, err
+	}
+	c := redis.NewClient(&redis.Options{Addr: p.addr})
+	for i := 0; c.Ping(context.Background()).Err() != nil; i++ {
+		if i > 100 {
+			p.stop()
+			return nil, nil, fmt.Errorf("redis-server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return p, c, nil
+}
+
+// startRef starts envoyproxy/ratelimit on the configs (copied into its
+// runtime folder) and redisAddr.
+func startRef(bin, redisAddr string, configs []string) (*proc, error) {
+	root, err := os.MkdirTemp("", "rlsside")
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, f := range configs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	port := freePort()
+	env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr, "RUNTIME_ROOT=" + root,
+		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=warn",
+		// Stats to statsd as deployed (UDP to a port nobody reads): without
+		// statsd its stats go to a debug log line per request.
+		"USE_STATSD=true", "STATSD_HOST=127.0.0.1", fmt.Sprintf("STATSD_PORT=%d", freePort()),
+		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LIMIT_RESPONSE_HEADERS_ENABLED=true",
+		fmt.Sprintf("PORT=%d", freePort()), fmt.Sprintf("DEBUG_PORT=%d", freePort()), fmt.Sprintf("GRPC_PORT=%d", port)}
+	return startProc(fmt.Sprintf("127.0.0.1:%d", port), env, bin)
+}
+
+// startRlproxy starts rlproxy serving the configs (in one folder) on redisAddr.
+func startRlproxy(bin, redisAddr string, configs []string) (*proc, error) {
+	dir, err := os.MkdirTemp("", "rlsside")
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range configs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	port := freePort()
+	return startProc(fmt.Sprintf("127.0.0.1:%d", port), nil, bin, "--listen", "127.0.0.1:0",
+		"--backend", "redis://"+redisAddr, "--rls-listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--rls-config", dir, "--rls-response-headers", "--log-level", "warn")
+}
+
+// dial connects to a service and waits until it answers.
+func dial(addr string) (pb.RateLimitServiceClient, *grpc.ClientConn, error) {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	c := pb.NewRateLimitServiceClient(cc)
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "ping", Descriptors: descs("k=v")})
+		cancel()
+		if err == nil {
+			return c, cc, nil
+		}
+		if i > 100 {
+			cc.Close()
+			return nil, nil, fmt.Errorf("%s: %w", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// answer is a reply in one line: overall code, then each descriptor's
+// code/limit/remaining.
+func answer(r *pb.RateLimitResponse, err error) string {
+	if err != nil {
+		return "error: " + strings.ReplaceAll(err.Error(), "|", "/")
+	}
+	out := []string{short(r.OverallCode)}
+	for _, s := range r.Statuses {
+		a := short(s.Code)
+		if s.CurrentLimit != nil {
+			a += fmt.Sprintf(" %d/%s %d", s.CurrentLimit.RequestsPerUnit, strings.ToLower(s.CurrentLimit.Unit.String()), s.LimitRemaining)
+		} else if s.LimitRemaining != 0 {
+			a += fmt.Sprintf(" %d", s.LimitRemaining)
+		}
+		out = append(out, a)
+	}
+	return strings.Join(out, "; ")
+}
+
+func short(c pb.RateLimitResponse_Code) string {
+	if c == pb.RateLimitResponse_OVER_LIMIT {
+		return "OVER"
+	}
+	return c.String()
+}
