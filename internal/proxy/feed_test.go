@@ -22,7 +22,7 @@ const feedBound = 5 * time.Second
 func longBackstop(c *config.Config) { c.ChangeBackstop = time.Minute }
 
 // feedUp waits until every proxy's change feed is subscribed.
-func feedUp(t *testing.T, hs ...*harness) {
+func feedUp(t testing.TB, hs ...*harness) {
 	t.Helper()
 	for _, h := range hs {
 		redistest.WaitFor(t, func() bool { up, n := h.proxy.limiters.Feed().Up(); return up == n })
@@ -41,7 +41,7 @@ func follows(t *testing.T, what string, d time.Duration, check func() error) {
 
 // governs checks RL.ACQUIRE of a fresh name under prefix on h is granted
 // (a policy governs it), or with want false that it is no limiter.
-func governs(t *testing.T, h *harness, prefix string, want bool) func() error {
+func governs(t testing.TB, h *harness, prefix string, want bool) func() error {
 	i := 0
 	return func() error {
 		i++
