@@ -69,7 +69,7 @@ func parse(payload string) (Event, bool) {
 	rest, ok := strings.CutPrefix(payload, "c ")
 	n, name, ok2 := strings.Cut(rest, " ")
 	shards, err := strconv.Atoi(n)
-	if !ok || !ok2 || err != nil || shards < 0 {
+	if !ok || !ok2 || err != nil || shards < 0 || name == "" { // no name: not one a script wrote
 		return Event{}, false
 	}
 	return Event{Kind: Limiter, Name: name, Shards: shards}, true
