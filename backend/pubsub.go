@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Subscription is a Pub/Sub connection to a node, on a client of its own
@@ -30,6 +31,9 @@ func (n *Node) Subscribe(ctx context.Context, channels ...string) (*Subscription
 	case *redis.Client:
 		o := *c.Options()
 		o.ReadTimeout, o.Dialer, o.PoolSize, o.MinIdleConns, o.MaxRetries = -1, nil, 1, 0, 0
+		// Its own, not the node client's (whose handlers are registered:
+		// go-redis would log that it cannot register them again).
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		sub := redis.NewClient(&o)
 		return &Subscription{PubSub: sub.Subscribe(ctx, channels...), client: sub}, nil
 	case *redis.ClusterClient:

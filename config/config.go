@@ -194,6 +194,13 @@ type Config struct {
 	// refused). Must be > 0. Defaults to 1000.
 	MaxPolicies int `mapstructure:"max_policies"`
 
+	// (Optional) How often a proxy polls for changes made through other
+	// proxies that the change feed (Pub/Sub) did not bring: the policies'
+	// version, and the limiters it has waiters on. Changes normally arrive
+	// within a round trip; this bounds how late they are while Pub/Sub is
+	// down. Must be between 100ms and 1h. Defaults to 5s.
+	ChangeBackstop time.Duration `mapstructure:"change_backstop"`
+
 	// (Optional) Minimum log level: "debug", "info", "warn" or "error".
 	// Defaults to "info".
 	LogLevel string `mapstructure:"log_level"`
@@ -290,6 +297,7 @@ func Default() Config {
 		DenyCacheSize:   100_000,
 		MaxWaiters:      10000,
 		MaxPolicies:     1000,
+		ChangeBackstop:  5 * time.Second,
 		LogLevel:        "info",
 		LogFormat:       "text",
 		MetricsListen:   "",
@@ -421,6 +429,9 @@ func (c Config) Validate() error {
 
 	if c.MaxPolicies <= 0 {
 		bad("max_policies must be > 0 (got %d)", c.MaxPolicies)
+	}
+	if c.ChangeBackstop < 100*time.Millisecond || c.ChangeBackstop > time.Hour {
+		bad("change_backstop must be between 100ms and 1h (got %q)", c.ChangeBackstop.String())
 	}
 	for i, p := range c.Policies {
 		if !strings.HasSuffix(p.Pattern, "*") || strings.Count(p.Pattern, "*") != 1 {

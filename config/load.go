@@ -290,6 +290,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.Int(flagName("deny_cache_size"), d.DenyCacheSize, "most denials the deny cache holds (> 0)")
 	fs.Int(flagName("max_waiters"), d.MaxWaiters, "most clients waiting at once with TIMEOUT/BLOCK (> 0)")
 	fs.Int(flagName("max_policies"), d.MaxPolicies, "most policies (RL.POLICY) there may be (> 0)")
+	fs.Duration(flagName("change_backstop"), d.ChangeBackstop, "how often changes the change feed (Pub/Sub) may have missed are polled for (100ms..1h)")
 	fs.String(flagName("log_level"), d.LogLevel, "minimum log `level`: debug, info, warn or error")
 	fs.String(flagName("log_format"), d.LogFormat, "log `format`: text or json")
 	fs.String(flagName("metrics_listen"), d.MetricsListen, "`address` serving Prometheus /metrics, e.g. 127.0.0.1:9121 (empty: off)")

@@ -1,29 +1,25 @@
 package lease
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/feed"
 )
 
-// hub delivers wake-ups: one Pub/Sub connection per backend node,
-// subscribed to the channels of the sub-limiters this proxy has waiters
-// on. concurrency.lua PUBLISHes the tickets of the waiters whose permits
-// fit (after a return, an expiry, a waiter leaving); "*" wakes them all.
-// Each channel keeps its local waiters in arrival order: the first one
-// also sleeps only until the earliest lease expires, so an expiry is
-// noticed without anyone returning anything.
+// hub delivers wake-ups over the change feed's subscriber on each node
+// (package feed), subscribed to the channels of the sub-limiters this
+// proxy has waiters on. concurrency.lua PUBLISHes the tickets of the
+// waiters whose permits fit (after a return, an expiry, a waiter
+// leaving); "*" wakes them all. Each channel keeps its local waiters in
+// arrival order: the first one also sleeps only until the earliest lease
+// expires, so an expiry is noticed without anyone returning anything.
 type hub struct {
+	feed  *feed.Feed
 	mu    sync.Mutex
-	nodes map[*backend.Node]*nodeSub
-}
-
-type nodeSub struct {
-	ps       *backend.Subscription // nil: the node cannot subscribe (timers only)
-	channels map[string]*local
+	nodes map[*backend.Node]map[string]*local // by node, by channel
 }
 
 // local is this proxy's waiters on one channel, in arrival order.
@@ -39,7 +35,11 @@ type waiter struct {
 	wake   chan struct{} // buffered: a wake-up is never lost while the waiter is busy
 }
 
-func newHub() *hub { return &hub{nodes: map[*backend.Node]*nodeSub{}} }
+func newHub(f *feed.Feed) *hub {
+	h := &hub{feed: f, nodes: map[*backend.Node]map[string]*local{}}
+	f.Listen(h.onFeed)
+	return h
+}
 
 // join adds w behind the local waiters on channel, subscribing to it
 // when this proxy is not yet. It returns nil when subscribed, or else a
@@ -48,38 +48,28 @@ func newHub() *hub { return &hub{nodes: map[*backend.Node]*nodeSub{}} }
 // not received.
 func (h *hub) join(node *backend.Node, channel string, w *waiter) <-chan struct{} {
 	h.mu.Lock()
-	ns := h.nodes[node]
-	if ns == nil {
-		ns = &nodeSub{channels: map[string]*local{}}
-		if ps, err := node.Subscribe(context.Background()); err == nil {
-			ns.ps = ps
-			go h.listen(ns)
-		}
-		h.nodes[node] = ns
+	chans := h.nodes[node]
+	if chans == nil {
+		chans = map[string]*local{}
+		h.nodes[node] = chans
 	}
-	l := ns.channels[channel]
-	subscribe := false
-	if l == nil {
+	l := chans[channel]
+	subscribe := l == nil
+	if subscribe {
 		l = &local{ready: make(chan struct{})}
-		ns.channels[channel] = l
-		if ns.ps == nil {
-			close(l.ready) // timers only
-		} else {
-			subscribe = true
-		}
+		chans[channel] = l
 	}
 	if l.idle != nil {
 		l.idle.Stop()
 		l.idle = nil
 	}
 	l.waiters = append(l.waiters, w)
-	ps := ns.ps
 	h.mu.Unlock()
 	if subscribe {
 		// Outside the lock: messages keep flowing to the others meanwhile.
-		// A failed subscribe only costs promptness: the waiters' timers
-		// still run (go-redis resubscribes after reconnecting).
-		_ = ps.Subscribe(context.Background(), channel)
+		// A failed subscribe (or a node without a subscriber) only costs
+		// promptness: the waiters' timers still run.
+		_ = h.feed.Subscribe(node, channel)
 		close(l.ready)
 	}
 	select {
@@ -97,11 +87,11 @@ func (h *hub) join(node *backend.Node, channel string, w *waiter) <-chan struct{
 func (h *hub) leave(node *backend.Node, channel string, w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ns := h.nodes[node]
-	if ns == nil || ns.channels[channel] == nil {
+	chans := h.nodes[node]
+	l := chans[channel]
+	if l == nil {
 		return
 	}
-	l := ns.channels[channel]
 	for i, x := range l.waiters {
 		if x == w {
 			l.waiters = append(l.waiters[:i:i], l.waiters[i+1:]...)
@@ -111,21 +101,19 @@ func (h *hub) leave(node *backend.Node, channel string, w *waiter) {
 			break
 		}
 	}
-	if len(l.waiters) > 0 || ns.ps == nil || l.idle != nil {
-		if len(l.waiters) == 0 && ns.ps == nil {
-			delete(ns.channels, channel)
-		}
+	if len(l.waiters) > 0 || l.idle != nil {
 		return
 	}
 	l.idle = time.AfterFunc(idleUnsubscribe, func() {
 		<-l.ready
 		h.mu.Lock()
-		defer h.mu.Unlock()
-		if ns.channels[channel] != l || len(l.waiters) > 0 || h.nodes[node] != ns {
+		if chans[channel] != l || len(l.waiters) > 0 || h.nodes[node] == nil {
+			h.mu.Unlock()
 			return
 		}
-		delete(ns.channels, channel)
-		_ = ns.ps.Unsubscribe(context.Background(), channel)
+		delete(chans, channel)
+		h.mu.Unlock()
+		h.feed.Unsubscribe(node, channel)
 	})
 }
 
@@ -136,47 +124,57 @@ const idleUnsubscribe = 30 * time.Second
 func (h *hub) head(node *backend.Node, channel string, w *waiter) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ns := h.nodes[node]
-	if ns == nil || ns.channels[channel] == nil {
-		return false
-	}
-	l := ns.channels[channel].waiters
-	return len(l) > 0 && l[0] == w
+	l := h.nodes[node][channel]
+	return l != nil && len(l.waiters) > 0 && l.waiters[0] == w
 }
 
 // wakeAll wakes every local waiter on channel.
 func (h *hub) wakeAll(node *backend.Node, channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if ns := h.nodes[node]; ns != nil && ns.channels[channel] != nil {
-		for _, w := range ns.channels[channel].waiters {
+	if l := h.nodes[node][channel]; l != nil {
+		for _, w := range l.waiters {
 			w.poke()
 		}
 	}
 }
 
-func (h *hub) listen(ns *nodeSub) {
-	for msg := range ns.ps.Channel() {
-		h.deliver(ns, msg.Channel, msg.Payload)
+// wakeEveryone wakes every local waiter (the change feed resynced).
+func (h *hub) wakeEveryone() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, chans := range h.nodes {
+		for _, l := range chans {
+			for _, w := range l.waiters {
+				w.poke()
+			}
+		}
+	}
+}
+
+// onFeed delivers the messages of the hub's channels.
+func (h *hub) onFeed(e feed.Event) {
+	if e.Kind == feed.Message {
+		h.deliver(e.Node, e.Channel, e.Payload)
 	}
 }
 
 // deliver wakes the waiters a message names ("*": all of them).
-func (h *hub) deliver(ns *nodeSub, channel, payload string) {
+func (h *hub) deliver(node *backend.Node, channel, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if ns.channels[channel] == nil {
+	l := h.nodes[node][channel]
+	if l == nil {
 		return
 	}
-	list := ns.channels[channel].waiters
 	if payload == "*" {
-		for _, w := range list {
+		for _, w := range l.waiters {
 			w.poke()
 		}
 		return
 	}
 	for _, t := range strings.Fields(payload) {
-		for _, w := range list {
+		for _, w := range l.waiters {
 			if w.ticket == t {
 				w.poke()
 			}
@@ -184,20 +182,18 @@ func (h *hub) deliver(ns *nodeSub, channel, payload string) {
 	}
 }
 
+// close stops the idle timers (the feed's subscribers are the limiters').
 func (h *hub) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, ns := range h.nodes {
-		for _, l := range ns.channels {
+	for _, chans := range h.nodes {
+		for _, l := range chans {
 			if l.idle != nil {
 				l.idle.Stop()
 			}
 		}
-		if ns.ps != nil {
-			_ = ns.ps.Close()
-		}
 	}
-	h.nodes = map[*backend.Node]*nodeSub{}
+	h.nodes = map[*backend.Node]map[string]*local{}
 }
 
 func (w *waiter) poke() {

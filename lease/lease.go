@@ -25,6 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/backend"
+	"github.com/rlproxy/rlproxy/feed"
 	"github.com/rlproxy/rlproxy/limiter"
 	"github.com/rlproxy/rlproxy/ratelimit"
 )
@@ -37,9 +38,12 @@ type Lookup interface {
 	WithPlaced(ctx context.Context, name, client string, f func(ratelimit.Placed) (ratelimit.Step, error)) error
 	// Nodes returns the node of each shard of a limiter of that many shards.
 	Nodes(name string, shards int) []*backend.Node
-	// OnChange has f told of every limiter replaced or deleted through
-	// this proxy.
-	OnChange(f func(context.Context, ratelimit.Change))
+	// OnChange has f told of every limiter replaced or deleted, through
+	// any proxy (the zero Change: any limiter).
+	OnChange(f func(ratelimit.Change))
+	// Feed is the change feed, whose subscribers carry the waiters'
+	// channels too.
+	Feed() *feed.Feed
 }
 
 // Options configure a Service.
@@ -68,7 +72,7 @@ func New(lookup Lookup, scripts *limiter.Scripts, o Options) *Service {
 	if o.Refresh <= 0 {
 		o.Refresh = time.Second
 	}
-	s := &Service{look: lookup, keys: limiter.Keys{Prefix: o.KeyPrefix}, script: scripts.Limiter(limiter.Concurrency), opts: o, hub: newHub()}
+	s := &Service{look: lookup, keys: limiter.Keys{Prefix: o.KeyPrefix}, script: scripts.Limiter(limiter.Concurrency), opts: o, hub: newHub(lookup.Feed())}
 	s.waiters.SetMax(o.MaxWaiters)
 	lookup.OnChange(s.changed)
 	return s
@@ -78,7 +82,7 @@ func New(lookup Lookup, scripts *limiter.Scripts, o Options) *Service {
 // reload).
 func (s *Service) SetMaxWaiters(n int) { s.waiters.SetMax(n) }
 
-// Close drops the Pub/Sub connections.
+// Close stops the hub's timers.
 func (s *Service) Close() { s.hub.close() }
 
 // Request is one RL.LEASE.
@@ -413,14 +417,16 @@ func (s *Service) onLease(ctx context.Context, name, client, id string, op limit
 	return held, err
 }
 
-// changed wakes every waiter on a limiter, in every proxy: its config or
-// state was replaced (RL.SETRATE, RL.RESET, RL.DEL), so they are decided
-// again at once.
-func (s *Service) changed(ctx context.Context, c ratelimit.Change) {
+// changed wakes this proxy's waiters on a limiter whose config or state
+// was replaced (RL.SETRATE, RL.RESET, RL.DEL through any proxy: the
+// change feed tells each proxy), so they are decided again at once.
+func (s *Service) changed(c ratelimit.Change) {
+	if c.Name == "" {
+		s.hub.wakeEveryone()
+		return
+	}
 	for shard, n := range s.look.Nodes(c.Name, max(1, c.Shards)) {
-		ch := s.channel(c.Name, shard)
-		s.hub.wakeAll(n, ch)        // this proxy's at once
-		_ = n.Publish(ctx, ch, "*") // the others' (a lost message costs promptness only)
+		s.hub.wakeAll(n, s.channel(c.Name, shard))
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 //	<prefix>{<name>:<shard>}:<epoch>:<k>:<client>   the same, per client (PER_CLIENT)
 //	<prefix>cl{<key>}                               CL.THROTTLE state of key
 //	<prefix>{policies}:p, :v                        the policies and their version
+//	<prefix>changes                                 the change feed (a Pub/Sub channel)
 type Keys struct {
 	Prefix string
 	// NativeCell keeps GCRA / CL.THROTTLE state in the key as named
@@ -29,6 +30,10 @@ var escaper = strings.NewReplacer("%", "%25", "}", "%7D")
 func (k Keys) tag(name string, shard int) string {
 	return k.Prefix + "{" + escaper.Replace(name) + ":" + strconv.Itoa(shard) + "}"
 }
+
+// Changes names the Pub/Sub channel of the change feed: the scripts that
+// change a limiter or a policy announce it there (package feed).
+func (k Keys) Changes() string { return k.Prefix + "changes" }
 
 // Config names the config hash of one sub-limiter.
 func (k Keys) Config(name string, shard int) string {

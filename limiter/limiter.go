@@ -215,6 +215,9 @@ type SetConfOptions struct {
 	// Replace, with Gen, writes the follower whatever it holds (repair
 	// after shard 0 lost its data).
 	Replace bool
+	// Feed, when set, is the change feed's channel that a changed config
+	// is announced on (shard 0's write), for the limiter Name.
+	Feed, Name string
 }
 
 // SetConfArgs builds the ARGV of setconf.lua for one sub-limiter.
@@ -232,7 +235,7 @@ func SetConfArgs(c Config, sub Sub, o SetConfOptions) []any {
 	case o.Gen != "":
 		mode = "F"
 	}
-	args := []any{mode, flag(o.KeepState), o.Epoch, c.TTL.Milliseconds()}
+	args := []any{mode, flag(o.KeepState), o.Epoch, c.TTL.Milliseconds(), o.Feed, o.Name}
 	args = append(args, c.fields(sub)...)
 	if o.Gen != "" {
 		args = append(args, "gen", o.Gen)
@@ -243,7 +246,7 @@ func SetConfArgs(c Config, sub Sub, o SetConfOptions) []any {
 // DropFollowerArgs builds the ARGV of setconf.lua that deletes a follower
 // shard's config unless it holds gen or a newer one.
 func DropFollowerArgs(gen string) []any {
-	return []any{"D", "0", "", 0, "gen", gen}
+	return []any{"D", "0", "", 0, "", "", "gen", gen}
 }
 
 // Capacity is the most permits one request may ask for: the burst of a

@@ -31,6 +31,8 @@ type Scripts struct {
 	SetConf *redis.Script
 	// Reset moves a sub-limiter to a new epoch: fresh state (reset.lua).
 	Reset *redis.Script
+	// Del deletes a sub-limiter's keys (del.lua).
+	Del *redis.Script
 	// Cell is redis-cell's CL.THROTTLE (cell.lua, standalone: no config).
 	Cell *redis.Script
 	// Policy creates, replaces or deletes a policy (policy.lua).
@@ -50,6 +52,7 @@ func NewScripts() *Scripts {
 		crossNamesMulti: map[Algo]*redis.Script{},
 		SetConf:         redis.NewScript(lua("setconf.lua")),
 		Reset:           redis.NewScript(lua("reset.lua")),
+		Del:             redis.NewScript(lua("del.lua")),
 		Cell:            redis.NewScript(lua("cell.lua")),
 		Policy:          redis.NewScript(lua("policy.lua")),
 	}
@@ -130,7 +133,7 @@ func (s *Scripts) Limiter(algo Algo) *redis.Script {
 // All lists every script, for loading them onto a node ahead of use
 // (not the Redis Cluster ones, which a cluster loads at first use).
 func (s *Scripts) All() []*redis.Script {
-	all := []*redis.Script{s.SetConf, s.Reset, s.Cell, s.Policy}
+	all := []*redis.Script{s.SetConf, s.Reset, s.Del, s.Cell, s.Policy}
 	for _, a := range Algos {
 		for _, m := range []map[Algo]*redis.Script{s.acquire, s.multi, s.names, s.namesMulti} {
 			if sc := m[a]; sc != nil {

@@ -280,6 +280,13 @@ func (c *configCache) drop(name string) {
 	}
 }
 
+// clear forgets every config.
+func (c *configCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byName, c.newest, c.oldest, c.bytes = nil, nil, nil, 0
+}
+
 // due reports whether a limiter's TTL was last refreshed at least every
 // ago (or never), and if so records now as its last refresh. A limiter
 // not in the cache is always due.

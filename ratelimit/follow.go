@@ -5,11 +5,6 @@ import (
 	"time"
 )
 
-// followEvery is how often a proxy reads shard 0's config of a limiter it
-// has waiters asleep on, to notice a change made through another proxy:
-// those waiters are decided again within about this long.
-const followEvery = 500 * time.Millisecond
-
 // watch starts following limiter name from the config cached now: the
 // one its first waiter is about to ask under (sleepers.add calls it as
 // that waiter registers, before it asks).
@@ -25,12 +20,14 @@ func (l *Limiters) watch(name string) {
 }
 
 // follow watches shard 0's config of limiter name while this proxy has
-// waiters on it: one small read every followEvery. When the epoch or
+// waiters on it: one small read every backstop (change.go: the change
+// feed tells of changes at once; this is for when it cannot). When the epoch or
 // generation differs from what the waiters were decided under (a
 // RL.SETRATE, RL.RESET or RL.DEL through any proxy), the cached config is
 // dropped and the waiters are woken (Wake).
 func (l *Limiters) follow(name, epoch, gen string, known bool) {
-	t := time.NewTicker(followEvery)
+	every := l.opt().backstop()
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -42,7 +39,7 @@ func (l *Limiters) follow(name, epoch, gen string, known bool) {
 		if l.sleepers.unwatch(name) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), followEvery)
+		ctx, cancel := context.WithTimeout(context.Background(), every)
 		h, err := l.nodes(name, 1)[0].HGetAll(ctx, l.keys.Config(name, 0))
 		cancel()
 		if err != nil {
@@ -59,5 +56,11 @@ func (l *Limiters) follow(name, epoch, gen string, known bool) {
 	}
 }
 
-// Close ends the watches of follow. Waiters end with their contexts.
-func (l *Limiters) Close() { l.closeOnce.Do(func() { close(l.closing) }) }
+// Close ends the watches of follow and drops the change feed's
+// subscribers. Waiters end with their contexts.
+func (l *Limiters) Close() {
+	l.closeOnce.Do(func() {
+		close(l.closing)
+		l.feed.Close()
+	})
+}

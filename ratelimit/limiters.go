@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/coalesce"
+	"github.com/rlproxy/rlproxy/feed"
 	"github.com/rlproxy/rlproxy/limiter"
 	"github.com/rlproxy/rlproxy/sharding"
 )
@@ -36,6 +37,9 @@ type Options struct {
 	MaxWaiters int
 	// MaxPolicies bounds the policies (RL.POLICY; 0: DefaultMaxPolicies).
 	MaxPolicies int
+	// Backstop is how often changes the change feed may have missed are
+	// polled for (0: DefaultBackstop; see change.go).
+	Backstop time.Duration
 }
 
 // Limiters runs limiter operations on the backend pool: it knows which
@@ -58,8 +62,11 @@ type Limiters struct {
 	queues   queues
 	sleepers sleepers // waiters asleep, per limiter (Wake)
 	changes  changes  // told of changes (OnChange)
-	waiters  Waiters  // RL.ACQUIRE's (MaxWaiters)
-	stats    counters
+	feed     *feed.Feed
+	// policyKick asks followPolicies to read the policies now.
+	policyKick chan struct{}
+	waiters    Waiters // RL.ACQUIRE's (MaxWaiters)
+	stats      counters
 
 	noCrossSlot atomic.Bool // the cluster cannot run names calls (Redis 6): a call per name
 
@@ -85,6 +92,8 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 		keys:    limiter.Keys{Prefix: o.KeyPrefix, NativeCell: o.NativeCellKeys},
 		scripts: scripts,
 		closing: make(chan struct{}),
+
+		policyKick: make(chan struct{}, 1),
 	}
 	l.sleepers.watch = l.watch
 	l.live.Store(&o)
@@ -98,6 +107,9 @@ func New(pool *backend.Pool, scripts *limiter.Scripts, o Options) *Limiters {
 			l.cluster = true
 		}
 	}
+	l.feed = feed.New(pool.Nodes(), feed.Options{Channel: l.keys.Changes()})
+	l.feed.Listen(l.onFeed)
+	l.feed.Start()
 	go l.followPolicies()
 	return l
 }
@@ -253,13 +265,13 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 	if st.policy != nil {
 		// A policy's name has no epoch of its own: its state goes.
 		_, err := l.delState(ctx, st)
-		l.changed(ctx, Change{Name: name, Shards: st.Shards})
 		return err == nil, err
 	}
 	epoch := newEpoch()
 	for shard := 0; shard < st.Shards; shard++ {
 		key := l.keys.Config(name, shard)
-		_, err := st.node(shard).Eval(ctx, l.scripts.Reset, []string{key}, epoch)
+		feed, msg := l.announce(name, st.Shards, shard == st.Shards-1)
+		_, err := st.node(shard).Eval(ctx, l.scripts.Reset, []string{key}, epoch, feed, msg)
 		if err != nil && !errors.Is(err, redis.Nil) { // Nil: no such sub-limiter
 			return false, err
 		}
@@ -268,8 +280,18 @@ func (l *Limiters) Reset(ctx context.Context, name string) (bool, error) {
 			return false, err
 		}
 	}
-	l.changed(ctx, Change{Name: name, Shards: st.Shards})
+	l.changed(Change{Name: name, Shards: st.Shards})
 	return true, nil
+}
+
+// announce is the change feed's channel and message for a change to
+// limiter name of that many shards, made by the script called with them;
+// both empty unless last (the change's last script call announces it).
+func (l *Limiters) announce(name string, shards int, last bool) (channel, msg string) {
+	if !last {
+		return "", ""
+	}
+	return l.keys.Changes(), feed.LimiterMessage(name, shards)
 }
 
 // Del deletes a limiter (config and shared state) and reports whether it
@@ -282,23 +304,36 @@ func (l *Limiters) Del(ctx context.Context, name string) (bool, error) {
 	l.forget(name)
 	if st.policy != nil {
 		n, err := l.delState(ctx, st)
-		l.changed(ctx, Change{Name: name, Shards: st.Shards})
 		return n > 0, err
 	}
 	// Shard 0 last: while it exists the limiter exists, so a failure part
 	// way leaves something RL.DEL can be called on again.
 	for shard := st.Shards - 1; shard >= 0; shard-- {
-		if _, err := st.node(shard).Del(ctx, l.keysOf(st, shard, "")...); err != nil {
+		feed, msg := l.announce(name, st.Shards, shard == 0)
+		if _, err := st.node(shard).Eval(ctx, l.scripts.Del, l.keysOf(st, shard, ""), feed, msg); err != nil {
 			return false, err
 		}
 	}
-	l.changed(ctx, Change{Name: name, Shards: st.Shards})
+	l.changed(Change{Name: name, Shards: st.Shards})
 	return true, nil
 }
 
 // delState deletes the shared-budget state of every shard of e (a name a
-// policy governs) and returns how many keys had state.
+// policy governs: RL.RESET and RL.DEL) and returns how many keys had
+// state. The change is announced once the state is gone (a PUBLISH of its
+// own: the state may be in the policy's hashes, cleared by the
+// algorithm's script).
 func (l *Limiters) delState(ctx context.Context, e *entry) (int64, error) {
+	n, err := l.delShards(ctx, e)
+	if err == nil {
+		feed, msg := l.announce(e.name, e.Shards, true)
+		err = e.node(0).Publish(ctx, feed, msg)
+	}
+	l.changed(Change{Name: e.name, Shards: e.Shards})
+	return n, err
+}
+
+func (l *Limiters) delShards(ctx context.Context, e *entry) (int64, error) {
 	var n int64
 	for shard := 0; shard < e.Shards; shard++ {
 		keys := l.keysOf(e, shard, "")

@@ -21,8 +21,10 @@ import (
 // A policy is stored once, in the backends: a hash of pattern -> config
 // on one node (the one "{policies}" is placed on), beside a version that
 // every change raises. Each proxy holds the table of policies in memory
-// and reads the version every followPoliciesEvery: a change through any
-// proxy applies there at once and on every other within a second.
+// and reads it again when the change feed announces a change (policy.lua
+// does), and reads the version every backstop in case it missed one: a
+// change through any proxy applies there at once and on every other
+// within a round trip (change.go).
 //
 // A name with no config of its own (RL.SETRATE) that a policy's prefix
 // matches (the longest wins) is a limiter with the policy's config. Its
@@ -47,9 +49,6 @@ import (
 
 // DefaultMaxPolicies bounds the policies when no bound is configured.
 const DefaultMaxPolicies = 1000
-
-// followPoliciesEvery is how often a proxy reads the policies' version.
-const followPoliciesEvery = 500 * time.Millisecond
 
 // policy is one policy as this proxy knows it.
 type policy struct {
@@ -280,7 +279,7 @@ func (l *Limiters) PolicySet(ctx context.Context, pattern string, c limiter.Conf
 	hash, version := l.keys.Policies()
 	max := l.opt().maxPolicies()
 	v, err := l.policyNode().Eval(ctx, l.scripts.Policy, []string{hash, version},
-		"set", pattern, policySpec(c), policyShape(c), policyEpoch(c), flag(o.NX), flag(o.KeepState), max)
+		"set", pattern, policySpec(c), policyShape(c), policyEpoch(c), flag(o.NX), flag(o.KeepState), max, l.keys.Changes())
 	if err != nil {
 		return false, err
 	}
@@ -299,7 +298,7 @@ func (l *Limiters) PolicySet(ctx context.Context, pattern string, c limiter.Conf
 // their waiters on this proxy at once.
 func (l *Limiters) PolicyDel(ctx context.Context, pattern string) (bool, error) {
 	hash, version := l.keys.Policies()
-	v, err := l.policyNode().Eval(ctx, l.scripts.Policy, []string{hash, version}, "del", pattern)
+	v, err := l.policyNode().Eval(ctx, l.scripts.Policy, []string{hash, version}, "del", pattern, l.keys.Changes())
 	if err != nil {
 		return false, err
 	}
@@ -438,22 +437,27 @@ func (l *Limiters) RefreshPolicies(ctx context.Context) error {
 	return nil
 }
 
-// followPolicies reads the policies' version every followPoliciesEvery
-// until Close.
+// followPolicies reads the policies' version when the change feed says
+// they changed (refreshPoliciesSoon), and every backstop, until Close.
 func (l *Limiters) followPolicies() {
-	t := time.NewTicker(followPoliciesEvery)
+	every := l.opt().backstop()
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), followPoliciesEvery)
+		ctx, cancel := context.WithTimeout(context.Background(), every)
 		l.RefreshPolicies(ctx) //nolint:errcheck // the next tick tries again
 		cancel()
 		select {
 		case <-t.C:
+		case <-l.policyKick:
 		case <-l.closing:
 			return
 		}
 	}
 }
+
+// wakeAll wakes every sleeper.
+func (s *sleepers) wakeAll() { s.wakeUnder([]string{""}) }
 
 // wakeUnder wakes the sleepers of every name that starts with one of
 // prefixes.

@@ -36,7 +36,7 @@ type SetRateOptions struct {
 // the limiter's, with its generation); the others follow it.
 func (l *Limiters) SetRate(ctx context.Context, name string, c limiter.Config, o SetRateOptions) (bool, error) {
 	subs, nodes := sharding.Subs(c), l.nodes(name, c.Shards)
-	lead, err := l.setConf(ctx, nodes[0], name, c, subs[0], limiter.SetConfOptions{NX: o.NX, KeepState: o.KeepState, Epoch: newEpoch()})
+	lead, err := l.setConf(ctx, nodes[0], name, c, subs[0], limiter.SetConfOptions{NX: o.NX, KeepState: o.KeepState, Epoch: newEpoch(), Feed: l.keys.Changes(), Name: name})
 	if errors.Is(err, limiter.ErrKeepLeases) {
 		return false, &KeepLeasesError{Name: name}
 	}
@@ -76,7 +76,7 @@ func (l *Limiters) SetRate(ctx context.Context, name string, c limiter.Config, o
 	}
 	if lead.Changed {
 		// Waiters may be on shards the new count dropped.
-		l.changed(ctx, Change{Name: name, Shards: max(c.Shards, lead.OldShards)})
+		l.changed(Change{Name: name, Shards: max(c.Shards, lead.OldShards)})
 	}
 	return lead.Changed, nil
 }

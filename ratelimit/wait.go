@@ -266,8 +266,8 @@ func (s *sleepers) listen(name string) *wakeup {
 
 // sleep waits d, or until ctx ends (then it returns ctx's cause), or
 // until Wake(name) has been called since listen or the last sleep ended
-// — by a change through this proxy, or by the watch on shard 0 that
-// notices one through another (follow.go).
+// — by a change through this proxy, by the change feed for one through
+// another (change.go), or by the backstop's watch on shard 0 (follow.go).
 func (w *wakeup) sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -287,7 +287,7 @@ func (w *wakeup) stop() { w.s.remove(w.name, w.c) }
 // decided again at once under the limiter's config as it is now (a
 // booked reservation is given back first), or told the limiter is gone.
 // RL.SETRATE, RL.RESET, RL.DEL and RL.RELEASE through this proxy call it;
-// changes through other proxies are noticed by follow.
+// the change feed, for changes through other proxies (change.go).
 func (l *Limiters) Wake(name string) { l.sleepers.wake(name) }
 
 // sleepers are the waiters of each limiter (each with the channel that

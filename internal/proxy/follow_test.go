@@ -1,8 +1,8 @@
 package proxy
 
 // Waiters follow the limiter: a change through another proxy reaches
-// them within a second (each proxy watches shard 0 of the limiters it
-// has waiters on), and they are decided again under it at once.
+// them by the change feed (feed_test.go), and they are decided again
+// under it at once.
 
 import (
 	"context"

@@ -149,7 +149,9 @@ func TestPolicyCommands(t *testing.T) {
 // start) keeps its epoch and that state.
 func TestPolicyMadeByOlderProxy(t *testing.T) {
 	t.Parallel()
-	h := start(t)
+	// Written here straight into the backend, as an older proxy would,
+	// without announcing it on the change feed: the backstop finds it.
+	h := start(t, func(c *config.Config) { c.ChangeBackstop = 100 * time.Millisecond })
 	ctx := context.Background()
 	b := h.backend.Client(t)
 	keys := limiter.Keys{Prefix: h.cfg.KeyPrefix}

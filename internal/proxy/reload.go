@@ -104,6 +104,7 @@ func limiterOptions(cfg config.Config) ratelimit.Options {
 		DenyCacheSize:  cfg.DenyCacheSize,
 		MaxWaiters:     cfg.MaxWaiters,
 		MaxPolicies:    cfg.MaxPolicies,
+		Backstop:       cfg.ChangeBackstop,
 	}
 }
 

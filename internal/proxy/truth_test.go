@@ -27,7 +27,7 @@ type fleet struct {
 	backends map[string]*redis.Client // by node name
 }
 
-func startFleet(t *testing.T, n int, tweaks ...func(*config.Config)) *fleet {
+func startFleet(t testing.TB, n int, tweaks ...func(*config.Config)) *fleet {
 	t.Helper()
 	srvs := []*redistest.Server{redistest.StartServer(t), redistest.StartServer(t)}
 	f := &fleet{backends: map[string]*redis.Client{}}

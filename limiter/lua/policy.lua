@@ -1,9 +1,11 @@
 -- policy.lua: create, replace or delete one policy (RL.POLICY SET / DEL).
 --
 -- KEYS[1]  the policies hash: pattern -> "epoch\nshape\nspec"
--- KEYS[2]  the policies' version, raised by every change (proxies poll it)
+-- KEYS[2]  the policies' version, raised by every change (proxies read
+--          it when told of a change, and now and then in case they missed one)
 -- ARGV[1]  'set' | 'del'
 -- ARGV[2]  the pattern
+-- ARGV[#ARGV]  the change feed's channel: a change is announced there ('p')
 -- set:
 -- ARGV[3]  spec: the policy's config, written the same way for the same config
 -- ARGV[4]  shape: what its names' state keys depend on (algorithm, mode,
@@ -27,6 +29,7 @@ local function bump()
     redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])))
   end
   redis.call('INCR', KEYS[2])
+  redis.call('PUBLISH', ARGV[#ARGV], 'p')
 end
 
 if ARGV[1] == 'del' then

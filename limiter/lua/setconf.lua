@@ -12,7 +12,9 @@
 --          rate, interval, burst, TTL, shadow or limits change
 -- ARGV[3]  epoch for a new config (a fresh epoch means fresh, empty state)
 -- ARGV[4]  ttl_ms of the limiter (0 = no TTL)
--- ARGV[5..] field, value, ... of the config (everything but epoch; a
+-- ARGV[5]  the change feed's channel ('' = do not announce: followers)
+-- ARGV[6]  the limiter's name, for the announcement
+-- ARGV[7..] field, value, ... of the config (everything but epoch; a
 --          follower's also carries 'gen', shard 0's generation)
 -- Reply: {changed (1|0; -1 = refused: KEEPSTATE on a concurrency limiter
 --         whose shard count or mode would change), epoch in force, shard
@@ -22,6 +24,10 @@
 -- + 1) whenever its config changes, so gens only grow. A follower takes
 -- a config only with a higher gen than it holds: however writers from
 -- many proxies interleave, every follower ends on shard 0's config.
+--
+-- A changed config is announced on the change feed (PUBLISH ARGV[5]
+-- 'c <shards> <name>', shards the larger of the old and new counts), so
+-- every proxy drops what it cached of the limiter and wakes its waiters.
 local cur = {}
 local flat = redis.call('HGETALL', KEYS[1])
 for i = 1, #flat, 2 do
@@ -56,7 +62,7 @@ local optional = {'shadow', 'limits', 'sub_limits'}
 local mode = ARGV[1]
 if mode == 'F' or mode == 'R' or mode == 'D' then
   local gen = 0
-  for i = 5, #ARGV, 2 do
+  for i = 7, #ARGV, 2 do
     if ARGV[i] == 'gen' then gen = tonumber(ARGV[i + 1]) or 0 end
   end
   local have = tonumber(cur.gen or '0') or 0
@@ -68,7 +74,7 @@ if mode == 'F' or mode == 'R' or mode == 'D' then
     return {1, '', tonumber(cur.shards or 0) or 0, '0'}
   end
   local args = {'epoch', ARGV[3]}
-  for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
+  for i = 7, #ARGV do args[#args + 1] = ARGV[i] end
   replace(args)
   refresh(tonumber(ARGV[4]))
   return {1, ARGV[3], tonumber(cur.shards or 0) or 0, tostring(gen)}
@@ -84,7 +90,7 @@ end
 if cur.epoch then
   local same = true
   local given = {}
-  for i = 5, #ARGV, 2 do
+  for i = 7, #ARGV, 2 do
     if cur[ARGV[i]] ~= ARGV[i + 1] then same = false end
     given[ARGV[i]] = true
   end
@@ -105,7 +111,7 @@ end
 
 local epoch = ARGV[3]
 local new = {}
-for i = 5, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
+for i = 7, #ARGV, 2 do new[ARGV[i]] = ARGV[i + 1] end
 -- State survives only when its shape does: same algorithm, mode and shards.
 -- (the number of limits is part of the shape: it names the state keys).
 local function nlimits(v)
@@ -128,7 +134,11 @@ end
 
 local gen = next_gen()
 local args = {'epoch', epoch, 'gen', gen}
-for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
+for i = 7, #ARGV do args[#args + 1] = ARGV[i] end
 replace(args)
 refresh(tonumber(ARGV[4]))
+if ARGV[5] ~= '' then
+  local shards = math.max(tonumber(new.shards) or 1, tonumber(cur.shards) or 0)
+  redis.call('PUBLISH', ARGV[5], 'c ' .. shards .. ' ' .. ARGV[6])
+end
 return {1, epoch, tonumber(cur.shards or 0), gen}
