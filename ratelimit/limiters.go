@@ -51,9 +51,10 @@ type Limiters struct {
 
 	configs  configCache
 	policies policies
-	batches  coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
-	names    coalesce.Coalescer[nameAsk, answer]     // per node and policy (names.go)
-	cluster  bool                                    // on a Redis Cluster: names calls by master (names.go)
+	batches  coalesce.Coalescer[limiter.Ask, answer]  // per sub-limiter budget; MaxGather set in New
+	names    coalesce.Coalescer[nameAsk, answer]      // per node and policy (names.go)
+	also     coalesce.Coalescer[alsoItem, alsoAnswer] // per node (and slot) for several names at once (also.go)
+	cluster  bool                                     // on a Redis Cluster: names calls by master (names.go)
 	denials  denyCache
 	queues   queues
 	sleepers sleepers // waiters asleep, per limiter (Wake)
