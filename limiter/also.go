@@ -24,6 +24,7 @@ func newAlso(prelude string, files map[Algo]string) *redis.Script {
 	for _, a := range alsoAlgos {
 		fmt.Fprintf(&b, "algos[%q] = function(KEYS, ARGV, algo)\n", string(a))
 		b.WriteString(prelude)
+		b.WriteString("local reset_us -- for an algorithm without one (wrapLimit returns it)\n")
 		b.WriteString(wrapLimit(lua(files[a])))
 		b.WriteString(lua("multi.lua"))
 		b.WriteString(lua("also_name.lua"))
