@@ -1,8 +1,13 @@
 package proxy
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/config"
 )
 
 // RL.ACQUIRE key [permits] [ALSO key [permits]]...: several names, one
@@ -68,4 +73,88 @@ func TestAlsoReplyAndErrors(t *testing.T) {
 		Err("ERR too many names: at most 8 in one RL.ACQUIRE")
 	h.Do(t, "RL.ACQUIRE", "user:1", "ALSO").Err("ERR syntax error: ALSO needs a key")
 	h.Do(t, "PING").Equal("PONG") // the connection stays
+}
+
+// Users' limiters: patterns are checked for every name; a name too long
+// is refused like the key.
+func TestAlsoUsers(t *testing.T) {
+	h := start(t, func(c *config.Config) {
+		c.RequirePass = "root"
+		c.Users = []config.User{{Name: "app", Password: "apppw", Commands: []string{"acquire"}, Limiters: []string{"api:*"}}}
+	})
+	h.Do(t, "RL.POLICY", "SET", "*", 5, "1m").Equal(int64(1))
+	app := h.Conn(t, func(o *redis.Options) { o.Username, o.Password = "app", "apppw" })
+	app.Do(t, "RL.ACQUIRE", "api:1", "ALSO", "api:2").Also()
+	app.Do(t, "RL.ACQUIRE", "api:1", "ALSO", "api:2", "ALSO", "billing:1").Err("NOPERM No permissions to access the 'billing:1' limiter")
+	app.Do(t, "RL.ACQUIRE", "api:1", 2, "ALSO", "billing:1", 3).Err("NOPERM No permissions to access the 'billing:1' limiter")
+	h.Do(t, "RL.AVAILABLE", "api:1").Equal(int64(4)) // refused before anything was taken
+	h.Do(t, "RL.ACQUIRE", "api:1", "ALSO", strings.Repeat("x", 600)).Err("ERR limiter name is longer than 512 bytes")
+}
+
+// MODE PER_CLIENT names: each connection name its own budget, in ALSO too.
+// SHADOW names grant as alone; their denial does not deny the call.
+func TestAlsoPerClientAndShadow(t *testing.T) {
+	h := start(t)
+	h.Do(t, "RL.SETRATE", "pc", 1, "1h", "MODE", "PER_CLIENT").Equal(int64(1))
+	h.Do(t, "RL.SETRATE", "shared", 10, "1h").Equal(int64(1))
+	h.Do(t, "RL.SETRATE", "dry", 1, "1h", "SHADOW").Equal(int64(1))
+	a := h.Conn(t, nil)
+	b := h.Conn(t, nil)
+	a.Do(t, "CLIENT", "SETNAME", "a").OK()
+	b.Do(t, "CLIENT", "SETNAME", "b").OK()
+	if g := a.Do(t, "RL.ACQUIRE", "pc", "ALSO", "shared").Also(); !g.Granted {
+		t.Fatalf("a's first: %+v", g)
+	}
+	if g := b.Do(t, "RL.ACQUIRE", "pc", "ALSO", "shared").Also(); !g.Granted {
+		t.Fatalf("b's first (its own budget of pc): %+v", g)
+	}
+	if g := a.Do(t, "RL.ACQUIRE", "pc", "ALSO", "shared").Also(); g.Granted || g.Name != "pc" {
+		t.Fatalf("a's second: %+v, want denied by pc", g)
+	}
+	h.Do(t, "RL.AVAILABLE", "shared").Equal(int64(8))
+
+	if g := h.Do(t, "RL.ACQUIRE", "dry", "ALSO", "shared").Also(); !g.Granted {
+		t.Fatalf("first with dry: %+v", g)
+	}
+	// dry is out: a SHADOW name's denial grants (counted in the
+	// metrics), and shared still pays.
+	if g := h.Do(t, "RL.ACQUIRE", "dry", "ALSO", "shared").Also(); !g.Granted || g.RetryAfter != 0 {
+		t.Fatalf("second with dry: %+v, want granted", g)
+	}
+	h.Do(t, "RL.AVAILABLE", "shared").Equal(int64(6))
+	if n := limiterStats(t, h)["shadow_denied"]; n != 1 {
+		t.Errorf("shadow denials counted %d, want 1", n)
+	}
+}
+
+// TIMEOUT / BLOCK: the call waits until every name fits; a name that
+// books ahead books as alone, and when another denies the booking is
+// given back.
+func TestAlsoWait(t *testing.T) {
+	h := start(t)
+	h.Do(t, "RL.SETRATE", "tb", 1, "200ms").Equal(int64(1))
+	h.Do(t, "RL.SETRATE", "log", 1, "300ms", "ALGO", "sliding-log").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", "tb", "ALSO", "log").Also()
+	// Both are out: a TIMEOUT long enough waits for both.
+	if g := h.Do(t, "RL.ACQUIRE", "tb", "ALSO", "log", "TIMEOUT", "5s").Also(); !g.Granted || g.RetryAfter != 0 {
+		t.Fatalf("TIMEOUT 5s: %+v, want granted", g)
+	}
+	if g := h.Do(t, "RL.ACQUIRE", "tb", "ALSO", "log", "BLOCK").Also(); !g.Granted {
+		t.Fatalf("BLOCK: %+v, want granted", g)
+	}
+	// A TIMEOUT too short for the log is answered at once, and the
+	// bucket keeps nothing of its booking.
+	h.Do(t, "RL.SETRATE", "long", 1, "1h", "ALGO", "sliding-log").Equal(int64(1))
+	h.Do(t, "RL.ACQUIRE", "long").Granted(0)
+	if g := h.Do(t, "RL.ACQUIRE", "tb", "ALSO", "long", "TIMEOUT", "1s").Also(); g.Granted || g.Name != "long" {
+		t.Fatalf("TIMEOUT 1s with long: %+v, want denied by long", g)
+	}
+	if err := eventually(5*time.Second, func() error {
+		if n := h.Do(t, "RL.AVAILABLE", "tb").Int(); n != 1 {
+			return fmt.Errorf("tb has %d available, want 1 once it refills", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
