@@ -406,15 +406,7 @@ func (res *ManyResult) merge(granted bool) {
 // countMany counts a multi-name decision once in the stats, and for each
 // name's policy: a SHADOW name's denial counts as its denial.
 func (l *Limiters) countMany(res ManyResult, parts []alsoPart) {
-	switch {
-	case res.Granted && res.ShadowDenied:
-		l.stats.Granted.Add(1)
-		l.stats.ShadowDenied.Add(1)
-	case res.Granted:
-		l.stats.Granted.Add(1)
-	default:
-		l.stats.Denied.Add(1)
-	}
+	l.stats.decided(res.Granted, res.Granted && res.ShadowDenied)
 	for i, p := range parts {
 		if p.e.policy != nil && res.Names[i].Asked {
 			p.e.policy.counts.count(res.Granted && !res.Names[i].ShadowDenied)

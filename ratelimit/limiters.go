@@ -75,6 +75,20 @@ type counters struct {
 	ShadowDenied            atomic.Int64 // of Granted, denied by a SHADOW limiter
 }
 
+// decided counts one decision: a grant, a SHADOW limiter's denial
+// (granted anyway), or a denial.
+func (c *counters) decided(granted, shadowDenied bool) {
+	switch {
+	case shadowDenied:
+		c.Granted.Add(1)
+		c.ShadowDenied.Add(1)
+	case granted:
+		c.Granted.Add(1)
+	default:
+		c.Denied.Add(1)
+	}
+}
+
 // maxGather bounds how long a sub-limiter's follow-up batch waits for
 // the callers just answered to come back (coalesce.Coalescer.MaxGather).
 const maxGather = time.Millisecond
