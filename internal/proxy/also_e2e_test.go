@@ -158,3 +158,17 @@ func TestAlsoWait(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The embedded backend (the zero-setup default) runs ALSO too.
+func TestAlsoEmbedded(t *testing.T) {
+	h := startProxy(t, nil)
+	h.Do(t, "RL.SETRATE", "e1", 2, "1h").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "SET", "eu:*", 1, "1h", "ALGO", "sliding-window").Equal(int64(1))
+	if g := h.Do(t, "RL.ACQUIRE", "e1", "ALSO", "eu:1").Also(); !g.Granted {
+		t.Fatalf("first: %+v", g)
+	}
+	if g := h.Do(t, "RL.ACQUIRE", "e1", "ALSO", "eu:1").Also(); g.Granted || g.Name != "eu:1" {
+		t.Fatalf("second: %+v, want denied by eu:1", g)
+	}
+	h.Do(t, "RL.AVAILABLE", "e1").Equal(int64(1))
+}
