@@ -1,12 +1,15 @@
 package commands
 
 import (
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/ratelimit"
 )
 
 // The fuzz targets take one command line after the command name, split
@@ -85,6 +88,13 @@ var setRateSeeds = []string{
 
 var acquireSeeds = []string{
 	"k",
+	"k ALSO t",
+	"k 2 ALSO t 3 ALSO g TIMEOUT 1s",
+	"k ALSO t ALSO t",
+	"k ALSO",
+	"k ALSO t BLOCK",
+	"ALSO ALSO ALSO 2",
+	"k ALSO a ALSO b ALSO c ALSO d ALSO e ALSO f ALSO g ALSO h",
 	"k 1",
 	"k 5",
 	"k 0",
@@ -221,10 +231,31 @@ func FuzzParseAcquire(f *testing.F) {
 			}
 		}
 		r, err := ParseAcquire(args)
-		sameAsLease(t, args, r, err)
+		if !slices.ContainsFunc(args[2:], func(w string) bool { return isWord(w, "ALSO") }) {
+			sameAsLease(t, args, r, err) // RL.LEASE has no ALSO
+		}
 		if err != nil {
 			checkErrText(t, err)
 			return
+		}
+		if len(r.Also) > 0 {
+			// Every name once, at most 8, and the canonical form of the
+			// request parses to the same request.
+			if err := ratelimit.CheckNames(r.names()); err != nil || len(r.Also) > ratelimit.MaxNames-1 {
+				t.Fatalf("%q parsed to an invalid request: %+v (%v)", args, r, err)
+			}
+			again := []string{"RL.ACQUIRE", r.Name, strconv.FormatInt(r.Permits, 10)}
+			for _, n := range r.Also {
+				again = append(again, "ALSO", n.Name, strconv.FormatInt(n.Permits, 10))
+			}
+			if r.Block {
+				again = append(again, "BLOCK")
+			} else if r.Timeout > 0 {
+				again = append(again, "TIMEOUT", strconv.FormatInt(r.Timeout.Milliseconds(), 10))
+			}
+			if r2, err := ParseAcquire(again); err != nil || !reflect.DeepEqual(r2, r) {
+				t.Fatalf("%q parsed to %+v, but its canonical form %q parsed to %+v, %v", args, r, again, r2, err)
+			}
 		}
 		if r.Name != args[1] || r.Permits < 1 || r.Permits > limiter.MaxRate ||
 			r.Timeout < 0 || r.Timeout > maxTTL || r.Timeout%time.Millisecond != 0 ||

@@ -21,13 +21,15 @@ func Limiters(l *ratelimit.Limiters, o Options) []Command {
 		},
 		{
 			Name: "RL.ACQUIRE", Arity: -2, Flags: []string{"write"}, KeyPos: 1, Group: "ratelimit",
-			Summary: "Acquires permits. Returns [granted, remaining, retry_after_ms, reset_after_ms].",
+			Summary: "Acquires permits. Returns [granted, remaining, retry_after_ms, reset_after_ms]; with ALSO, every name or none, and the name that denied last.",
 			Args: []Arg{key, {Name: "permits", Type: "integer", Optional: true},
+				{Name: "also", Type: "block", Token: "ALSO", Optional: true, Multiple: true, Args: []Arg{
+					{Name: "key", Type: "key"}, {Name: "permits", Type: "integer", Optional: true}}},
 				{Name: "wait", Type: "oneof", Optional: true, Args: []Arg{
 					{Name: "timeout", Type: "string", Token: "TIMEOUT"},
 					{Name: "block", Type: "pure-token", Token: "BLOCK"}}},
 			},
-			Handler: h.acquire, Batch: h.acquireBatch,
+			Handler: h.acquire, Batch: h.acquireBatch, OtherKeys: AlsoKeys,
 		},
 		{
 			Name: "RL.AVAILABLE", Arity: 2, Flags: []string{"readonly"}, KeyPos: 1, Group: "ratelimit",
@@ -126,6 +128,13 @@ func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string,
 			reply(i, err)
 			continue
 		}
+		if r.Also != nil {
+			flush(true)
+			wctx, cancel := c.Watch(ctx)
+			reply(i, h.acquireMany(wctx, c, r))
+			cancel()
+			continue
+		}
 		req := r.request(c)
 		if !r.waits() {
 			now, at = append(now, req), append(at, i)
@@ -137,6 +146,28 @@ func (h *handlers) acquireBatch(ctx context.Context, c Caller, calls [][]string,
 		cancel()
 	}
 	flush(false)
+}
+
+// acquireMany runs an RL.ACQUIRE with ALSO: all or nothing, answered
+// [granted, remaining, retry_after_ms, reset_after_ms, name] (name: the
+// one that denied, nil when granted).
+func (h *handlers) acquireMany(ctx context.Context, c Caller, r Acquire) any {
+	req := ratelimit.ManyRequest{Client: c.Name(), Names: r.names()}
+	var res ratelimit.ManyResult
+	var err error
+	if r.waits() {
+		res, err = h.l.AcquireManyWait(ctx, req, r.Timeout)
+	} else {
+		res, err = h.l.AcquireMany(ctx, req)
+	}
+	if err != nil {
+		return err
+	}
+	var denied any
+	if !res.Granted {
+		denied = res.Denied
+	}
+	return []any{boolInt(res.Granted), res.Remaining, res.RetryAfterMs, res.ResetAfterMs, denied}
 }
 
 // waits reports whether the acquire may wait (TIMEOUT/BLOCK) rather than

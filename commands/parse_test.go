@@ -2,11 +2,13 @@ package commands
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rlproxy/rlproxy/limiter"
+	"github.com/rlproxy/rlproxy/ratelimit"
 )
 
 // opts are the server's defaults (config.Default): one shard, SHARDS AUTO
@@ -389,17 +391,37 @@ func TestParseAcquire(t *testing.T) {
 		// Words in any case as strings.EqualFold or strings.ToUpper takes them.
 		{line: "k bloc\u212a", want: Acquire{Name: "k", Permits: 1, Block: true}},
 		{line: "k t\u0131meout 2s", want: Acquire{Name: "k", Permits: 1, Timeout: 2 * time.Second}},
+		// ALSO: more names, each with its permits (default 1).
+		{line: "k ALSO t", want: Acquire{Name: "k", Permits: 1, Also: []ratelimit.NameAsk{{Name: "t", Permits: 1}}}},
+		{line: "k 2 also t 3 ALSO g", want: Acquire{Name: "k", Permits: 2,
+			Also: []ratelimit.NameAsk{{Name: "t", Permits: 3}, {Name: "g", Permits: 1}}}},
+		{line: "k ALSO t 4 TIMEOUT 1s", want: Acquire{Name: "k", Permits: 1, Timeout: time.Second,
+			Also: []ratelimit.NameAsk{{Name: "t", Permits: 4}}}},
+		{line: "k ALSO BLOCK BLOCK", want: Acquire{Name: "k", Permits: 1, Block: true, // a key may be any word
+			Also: []ratelimit.NameAsk{{Name: "BLOCK", Permits: 1}}}},
+		{line: "ALSO ALSO x", want: Acquire{Name: "ALSO", Permits: 1, Also: alsoNames("x")}},
+		{line: "k ALSO a ALSO b ALSO c ALSO d ALSO e ALSO f ALSO g", want: Acquire{Name: "k", Permits: 1,
+			Also: alsoNames("a", "b", "c", "d", "e", "f", "g")}},
 	}
 	for _, tt := range tests {
 		got, err := ParseAcquire(append([]string{"RL.ACQUIRE"}, words(tt.line)...))
-		if err != nil || got != tt.want {
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("RL.ACQUIRE %s = %+v, %v; want %+v", tt.line, got, err, tt.want)
 		}
 	}
 }
 
+// alsoNames are names after ALSO, each of 1 permit.
+func alsoNames(names ...string) []ratelimit.NameAsk {
+	out := make([]ratelimit.NameAsk, len(names))
+	for i, n := range names {
+		out[i] = ratelimit.NameAsk{Name: n, Permits: 1}
+	}
+	return out
+}
+
 func TestParseAcquireErrors(t *testing.T) {
-	const near = " (expected [permits] [TIMEOUT duration | BLOCK])"
+	const near = " (expected [permits] [ALSO key [permits]]... [TIMEOUT duration | BLOCK])"
 	tests := []struct {
 		args []string
 		err  string
@@ -426,6 +448,17 @@ func TestParseAcquireErrors(t *testing.T) {
 		{args: words("RL.ACQUIRE k 1 2"), err: "syntax error near '2'" + near},
 		{args: words("RL.ACQUIRE k 1 WAIT"), err: "syntax error near 'WAIT'" + near},
 		{args: []string{"RL.ACQUIRE", "k", "1", "X\r\n"}, err: `syntax error near 'X  '` + near},
+		{args: words("RL.ACQUIRE k ALSO"), err: "syntax error: ALSO needs a key"},
+		{args: words("RL.ACQUIRE k 2 ALSO t ALSO"), err: "syntax error: ALSO needs a key"},
+		{args: words("RL.ACQUIRE k ALSO t 0"), err: "permits must be a positive integer, got '0'"},
+		{args: words("RL.ACQUIRE k ALSO t many"), err: "permits must be a positive integer, got 'many'"},
+		{args: words("RL.ACQUIRE k 0 ALSO t"), err: "permits must be a positive integer, got '0'"},
+		{args: words("RL.ACQUIRE k ALSO t 1 2"), err: "syntax error near '2'" + near},
+		{args: words("RL.ACQUIRE k ALSO t TIMEOUT 1s ALSO g"), err: "syntax error near 'ALSO'" + near},
+		{args: words("RL.ACQUIRE k ALSO t BLOCK TIMEOUT 1s"), err: "syntax error: TIMEOUT and BLOCK cannot be combined"},
+		{args: words("RL.ACQUIRE k ALSO k"), err: "limiter 'k' is named twice in one RL.ACQUIRE"},
+		{args: words("RL.ACQUIRE k ALSO t 2 ALSO t"), err: "limiter 't' is named twice in one RL.ACQUIRE"},
+		{args: words("RL.ACQUIRE k ALSO a ALSO b ALSO c ALSO d ALSO e ALSO f ALSO g ALSO h"), err: "too many names: at most 8 in one RL.ACQUIRE"},
 	}
 	for _, tt := range tests {
 		r, err := ParseAcquire(tt.args)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -218,21 +219,92 @@ func parseAlgo(s string) (limiter.Algo, error) {
 type Acquire struct {
 	Name    string
 	Permits int64
+	// Also are the names after ALSO, decided with Name all or nothing
+	// (nil without ALSO).
+	Also    []ratelimit.NameAsk
 	Timeout time.Duration // 0: decide now
 	Block   bool          // wait until granted
 }
 
-// ParseAcquire parses RL.ACQUIRE key [permits] [TIMEOUT duration | BLOCK].
+// ParseAcquire parses RL.ACQUIRE key [permits] [ALSO key [permits]]...
+// [TIMEOUT duration | BLOCK].
 func ParseAcquire(args []string) (Acquire, error) {
 	if len(args) < 2 {
 		return Acquire{}, ArityError(args[0])
 	}
-	w, err := parseWaitArgs(args[2:], acquireSyntax)
+	rest := args[2:]
+	also := 0 // where the first ALSO is: after the key or after permits
+	if len(rest) > 1 && isWord(rest[1], "ALSO") && !isWord(rest[0], "ALSO") && acquireSyntax.option(rest[0]) < 0 {
+		also = 1
+	}
+	if len(rest) == 0 || !isWord(rest[also], "ALSO") {
+		w, err := parseWaitArgs(rest, acquireSyntax)
+		if err != nil {
+			return Acquire{}, err
+		}
+		return Acquire{Name: args[1], Permits: w.permits, Timeout: w.timeout, Block: w.block}, nil
+	}
+	a := Acquire{Name: args[1], Permits: 1}
+	var err error
+	if also == 1 {
+		if a.Permits, err = parseCount("permits", rest[0], limiter.MaxRate); err != nil {
+			return Acquire{}, err
+		}
+	}
+	rest = rest[also:]
+	for len(rest) > 0 && isWord(rest[0], "ALSO") {
+		if len(rest) < 2 {
+			return Acquire{}, fmt.Errorf("syntax error: ALSO needs a key")
+		}
+		n := ratelimit.NameAsk{Name: rest[1], Permits: 1}
+		rest = rest[2:]
+		if len(rest) > 0 && !isWord(rest[0], "ALSO") && acquireSyntax.option(rest[0]) < 0 {
+			if n.Permits, err = parseCount("permits", rest[0], limiter.MaxRate); err != nil {
+				return Acquire{}, err
+			}
+			rest = rest[1:]
+		}
+		a.Also = append(a.Also, n)
+		if len(a.Also) >= ratelimit.MaxNames {
+			return Acquire{}, ratelimit.TooManyNamesError{}
+		}
+	}
+	if len(rest) > 0 && acquireSyntax.option(rest[0]) < 0 {
+		return Acquire{}, fmt.Errorf("syntax error near %s (expected %s)", quote(rest[0]), acquireSyntax.expected)
+	}
+	w, err := parseWaitArgs(rest, acquireSyntax)
 	if err != nil {
 		return Acquire{}, err
 	}
-	return Acquire{Name: args[1], Permits: w.permits, Timeout: w.timeout, Block: w.block}, nil
+	a.Timeout, a.Block = w.timeout, w.block
+	if err := ratelimit.CheckNames(a.names()); err != nil {
+		return Acquire{}, err
+	}
+	return a, nil
+}
+
+// names are every name of a with its permits, the key's first.
+func (a Acquire) names() []ratelimit.NameAsk {
+	return append([]ratelimit.NameAsk{{Name: a.Name, Permits: a.Permits}}, a.Also...)
+}
+
+// AlsoKeys returns the names after ALSO in an RL.ACQUIRE's words (nil
+// when there are none, or the words do not parse: the handler answers
+// the error), so that each is checked as the key is.
+func AlsoKeys(args []string) []string {
+	if len(args) < 4 || !slices.ContainsFunc(args[2:4], func(w string) bool { return isWord(w, "ALSO") }) {
+		return nil
+	}
+	a, err := ParseAcquire(args)
+	if err != nil {
+		return nil
+	}
+	keys := make([]string, len(a.Also))
+	for i, n := range a.Also {
+		keys[i] = n.Name
+	}
+	return keys
 }
 
 // acquireSyntax: RL.ACQUIRE takes no TTL.
-var acquireSyntax = waitSyntax{expected: "[permits] [TIMEOUT duration | BLOCK]"}
+var acquireSyntax = waitSyntax{expected: "[permits] [ALSO key [permits]]... [TIMEOUT duration | BLOCK]"}

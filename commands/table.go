@@ -45,14 +45,17 @@ type Arg struct {
 
 // Command is one entry of the command table.
 type Command struct {
-	Name    string // upper case, e.g. "RL.ACQUIRE"
-	Arity   int    // Redis convention: N = exactly N words, -N = at least N
-	Flags   []string
-	KeyPos  int    // position of the first key (0 = none)
-	Group   string // e.g. "ratelimit", "connection"
-	Summary string
-	Args    []Arg
-	Handler Handler
+	Name   string // upper case, e.g. "RL.ACQUIRE"
+	Arity  int    // Redis convention: N = exactly N words, -N = at least N
+	Flags  []string
+	KeyPos int // position of the first key (0 = none)
+	// OtherKeys, when set, returns a call's keys after the first (RL.ACQUIRE
+	// ... ALSO key): each is checked as the first is.
+	OtherKeys func(args []string) []string
+	Group     string // e.g. "ratelimit", "connection"
+	Summary   string
+	Args      []Arg
+	Handler   Handler
 	// PatternPos is the position of a policy pattern (0 = none): its
 	// prefix is bounded as a name is, or no name could match it.
 	PatternPos int

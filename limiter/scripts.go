@@ -37,6 +37,8 @@ type Scripts struct {
 	Cell *redis.Script
 	// Policy creates, replaces or deletes a policy (policy.lua).
 	Policy *redis.Script
+	// also decides several names on one node together (also.go).
+	also *redis.Script
 }
 
 // NewScripts builds every script: each algorithm between the shared
@@ -80,6 +82,7 @@ func NewScripts() *Scripts {
 		s.names[algo], s.namesMulti[algo] = redis.NewScript(names), redis.NewScript(namesMulti)
 		s.crossNames[algo], s.crossNamesMulti[algo] = redis.NewScript(crossSlot+names), redis.NewScript(crossSlot+namesMulti)
 	}
+	s.also = newAlso(prelude, files)
 	// The semaphore has ops of its own (no epilogue); it answers peek as
 	// the others do, so RL.AVAILABLE reads it the same way.
 	s.acquire[Concurrency] = redis.NewScript(prelude + lua("concurrency.lua"))

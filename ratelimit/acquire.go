@@ -252,15 +252,7 @@ func (l *Limiters) final(o Outcome, e *entry) Outcome {
 	if shadow {
 		o.Result = o.Result.Shadowed()
 	}
-	switch {
-	case o.ShadowDenied:
-		l.stats.Granted.Add(1)
-		l.stats.ShadowDenied.Add(1)
-	case o.Granted:
-		l.stats.Granted.Add(1)
-	default:
-		l.stats.Denied.Add(1)
-	}
+	l.stats.decided(o.Granted, o.ShadowDenied)
 	if e != nil && e.policy != nil {
 		e.policy.counts.count(o.Granted)
 	}

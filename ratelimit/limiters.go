@@ -55,9 +55,10 @@ type Limiters struct {
 
 	configs  configCache
 	policies policies
-	batches  coalesce.Coalescer[limiter.Ask, answer] // per sub-limiter budget; MaxGather set in New
-	names    coalesce.Coalescer[nameAsk, answer]     // per node and policy (names.go)
-	cluster  bool                                    // on a Redis Cluster: names calls by master (names.go)
+	batches  coalesce.Coalescer[limiter.Ask, answer]  // per sub-limiter budget; MaxGather set in New
+	names    coalesce.Coalescer[nameAsk, answer]      // per node and policy (names.go)
+	also     coalesce.Coalescer[alsoItem, alsoAnswer] // per node (and slot) for several names at once (also.go)
+	cluster  bool                                     // on a Redis Cluster: names calls by master (names.go)
 	denials  denyCache
 	queues   queues
 	sleepers sleepers // waiters asleep, per limiter (Wake)
@@ -79,6 +80,20 @@ type counters struct {
 	Granted, Denied, Errors atomic.Int64
 	DeniedFromCache         atomic.Int64 // of Denied (and ShadowDenied), answered by the deny cache
 	ShadowDenied            atomic.Int64 // of Granted, denied by a SHADOW limiter
+}
+
+// decided counts one decision: a grant, a SHADOW limiter's denial
+// (granted anyway), or a denial.
+func (c *counters) decided(granted, shadowDenied bool) {
+	switch {
+	case shadowDenied:
+		c.Granted.Add(1)
+		c.ShadowDenied.Add(1)
+	case granted:
+		c.Granted.Add(1)
+	default:
+		c.Denied.Add(1)
+	}
 }
 
 // maxGather bounds how long a sub-limiter's follow-up batch waits for

@@ -133,9 +133,18 @@ func (u *user) mayTouch(name string) bool {
 // Nothing that fails here reaches a backend.
 func (s *Server) permit(c *client, cmd, sub *commands.Command, args []string) error {
 	key, hasKey := cmd.Key(args)
+	var others []string
+	if hasKey && cmd.OtherKeys != nil {
+		others = cmd.OtherKeys(args)
+	}
 	if hasKey {
 		if err := commands.CheckName(key, s.limits().MaxNameLength); err != nil {
 			return err
+		}
+		for _, k := range others {
+			if err := commands.CheckName(k, s.limits().MaxNameLength); err != nil {
+				return err
+			}
 		}
 	}
 	if sub != nil {
@@ -160,6 +169,11 @@ func (s *Server) permit(c *client, cmd, sub *commands.Command, args []string) er
 	}
 	if hasKey && !u.mayTouch(key) {
 		return fmt.Errorf("NOPERM No permissions to access the %s limiter", oneline.Quote(key))
+	}
+	for _, k := range others {
+		if !u.mayTouch(k) {
+			return fmt.Errorf("NOPERM No permissions to access the %s limiter", oneline.Quote(k))
+		}
 	}
 	return nil
 }
