@@ -12,7 +12,6 @@ require (
 	github.com/spf13/viper v1.21.0
 	github.com/tidwall/match v1.1.1
 	github.com/tidwall/redcon v1.6.2
-	golang.org/x/image v0.34.0
 )
 
 require (
