@@ -103,7 +103,7 @@ func limiterOptions(cfg config.Config) ratelimit.Options {
 // timeouts when it is made, so a longer one would not take effect.)
 var limiterKeys = []string{
 	"deny_cache", "deny_cache_size", "max_probes", "on_backend_error",
-	"max_waiters", "breaker_cooldown", "max_policies",
+	"max_waiters", "breaker_cooldown", "breaker_failures", "max_policies",
 }
 
 // applyLimiterKeys applies the limiter side's live keys that changed
@@ -122,7 +122,7 @@ func (p *Proxy) applyLimiterKeys(old, new config.Config) (applied []string) {
 	}
 	p.limiters.SetOptions(limiterOptions(new))
 	p.leases.SetMaxWaiters(new.MaxWaiters)
-	p.pool.SetBreakerCooldown(new.BreakerCooldown)
+	p.pool.SetBreaker(new.BreakerFailures, new.BreakerCooldown)
 	return applied
 }
 
