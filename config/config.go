@@ -402,6 +402,8 @@ func (c Config) Validate() error {
 
 	if c.MaxPolicies <= 0 {
 		bad("max_policies must be > 0 (got %d)", c.MaxPolicies)
+	} else if len(c.Policies) > c.MaxPolicies {
+		bad("policies: %d listed, more than max_policies (%d)", len(c.Policies), c.MaxPolicies)
 	}
 	for i, p := range c.Policies {
 		if !strings.HasSuffix(p.Pattern, "*") || strings.Count(p.Pattern, "*") != 1 {

@@ -61,15 +61,22 @@ func (p *Proxy) Reload(cfg config.Config) (needRestart []string, err error) {
 		p.reloads.failed.Add(1)
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	policiesChanged := slices.Contains(config.Changed(p.cfg, cfg), "policies")
+	if policiesChanged {
+		if err := p.policyRoom(ctx, sets, cfg.MaxPolicies); err != nil {
+			p.reloads.failed.Add(1)
+			return nil, err
+		}
+	}
 	if err := p.server.Reload(frontDoor(cfg)); err != nil {
 		p.reloads.failed.Add(1)
 		return nil, err
 	}
 	p.reloads.done.Add(1)
 	applied := p.applyLimiterKeys(p.cfg, cfg)
-	if slices.Contains(config.Changed(p.cfg, cfg), "policies") {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	if policiesChanged {
 		if err := p.applyPolicies(ctx, sets); err != nil {
 			return nil, err
 		}
