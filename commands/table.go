@@ -1,8 +1,9 @@
-// Package commands parses the RL.* and CL.THROTTLE commands into typed
-// requests, validates them, runs them through the sharding layer and
-// encodes their replies. It also holds the command table type that every
-// command — these and the server's connection commands — is declared in,
-// so arity checks, dispatch and COMMAND DOCS/INFO read one list.
+// Package commands is rlproxy's own commands (RL.*, RL.POLICY, CL.THROTTLE,
+// GCRA, the leases): it parses each into a typed request, validates it,
+// hands it to the limiter service (ratelimit, lease) and encodes the
+// reply. It also holds the command table type that every command — these
+// and the server's connection commands — is declared in, so arity checks,
+// dispatch and COMMAND DOCS/INFO read one list.
 package commands
 
 import (
