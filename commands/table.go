@@ -60,9 +60,8 @@ type Command struct {
 	// Batch, when set, is how the server runs this command: a run of
 	// neighbouring calls of it from one client's pipeline go together, so
 	// they can share backend calls, and a call that comes alone is
-	// answered without a goroutine waiting for it. Handler then is a thin
-	// wrapper of it. Only for commands that read and change no
-	// connection state.
+	// answered without a goroutine waiting for it. Handler is nil then.
+	// Only for commands that read and change no connection state.
 	Batch BatchHandler
 	// Sub are subcommands (CLIENT SETNAME, COMMAND DOCS, ...), by upper-case name.
 	Sub []Command
