@@ -250,6 +250,9 @@ if [ "${BENCH_GO:-1}" = 1 ]; then
 	say "bench: Go benchmarks of the hot paths (go test -bench, allocations reported)"
 	$GO test -run='^$' -bench=. -benchmem -benchtime=200ms ./server ./commands ./limiter ./backend ./sharding ./ratelimit |
 		tee "$OUT/go-bench.txt"
+	say "bench: sharding's under-admission under saturating load (TestShardUnderAdmission, about 20 s)"
+	RLPROXY_MEASURE=1 $GO test -count=1 -run='^TestShardUnderAdmission$' -v ./internal/proxy |
+		grep -v '^redis: ' | tee "$OUT/under-admission.txt"
 fi
 
 # The gateway (passthrough) against Redis direct, with redis-benchmark's
