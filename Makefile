@@ -41,9 +41,13 @@ deps:
 check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd tools && $(GO) vet ./...
 
+# tools/ is a module of its own (the load tool and the pictures keep their
+# dependencies out of the product's go.mod), so ./... does not reach it.
 unit:
-	$(GO) test -race -count=1 -timeout 8m ./...
+	RLPROXY_REQUIRE_CLIENT_CHECKS=1 $(GO) test -race -count=1 -timeout 8m ./...
+	cd tools && $(GO) test -count=1 -timeout 2m ./...
 
 # A short run of each fuzz target (the seed corpus also runs in `unit`).
 fuzz:
@@ -57,22 +61,15 @@ fuzz:
 # The performance suite: rlproxy vs direct Redis side by side, every
 # target of the performance issue, the chart, then the Go benchmarks.
 bench: deps
-	GO=$(GO) bash scripts/bench.sh
+	GO=$(GO) bash tools/bench/bench.sh
 
 # The README's picture of the five algorithms (and a limiter with two
 # limits) under one bursty load: about
 # 7 s of real time on a throwaway redis-server (the embedded backend when
-# redis-server is not installed). See cmd/rlviz.
+# redis-server is not installed). See tools/rlviz.
 .PHONY: chart-algorithms
 chart-algorithms:
-	$(GO) run ./cmd/rlviz -out docs/algorithms.svg
-
-# The README's picture of the Grafana dashboard (docs/grafana/rlproxy.json):
-# its queries plotted from a 45 s load on a throwaway redis-server, which
-# is paused for 3 s. See cmd/rlviz (dashboard.go).
-.PHONY: chart-dashboard
-chart-dashboard:
-	$(GO) run ./cmd/rlviz -dashboard docs/grafana/rlproxy.json -out docs/grafana/dashboard.png
+	cd tools && $(GO) run ./rlviz -out ../docs/algorithms.svg
 
 # The container image: the static binary on an empty base (deploy/Containerfile).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

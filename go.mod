@@ -14,7 +14,6 @@ require (
 	github.com/tidwall/match v1.1.1
 	github.com/tidwall/redcon v1.6.2
 	go.yaml.in/yaml/v3 v3.0.5
-	golang.org/x/image v0.34.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -29,10 +30,13 @@ type Options struct {
 	Timeout time.Duration
 	// PoolSize is the connections per node (0 = go-redis default).
 	PoolSize int
-	// BreakerCooldown is how long a standalone node that failed to answer
+	// BreakerCooldown is how long a standalone node whose breaker opened
 	// is skipped before one probe call (0 = no breaker). A cluster relies
 	// on go-redis's own tracking of failing nodes.
 	BreakerCooldown time.Duration
+	// BreakerFailures is how many calls in a row a node must fail to
+	// answer for its breaker to open (0 acts as 1).
+	BreakerFailures int
 	// Scripts are loaded onto every node at start (optional).
 	Scripts []*redis.Script
 	// Poller, when set, lets backend connections poll for a reply before
@@ -56,6 +60,7 @@ type Node struct {
 	timeout  time.Duration  // bounds each call
 	reload   func()         // asks a cluster for its slot map afresh
 	breaker  breaker
+	log      *slog.Logger // says when the breaker opens or closes
 	stats    counters
 	// pipe merges script calls for different limiters into one pipeline
 	// (standalone nodes): a call made while another is in flight goes
@@ -65,10 +70,10 @@ type Node struct {
 }
 
 type evalCall struct {
-	script   *redis.Script
-	keys     []string
-	args     []any
-	failures uint64 // the node's failures when the call was queued
+	script *redis.Script
+	keys   []string
+	args   []any
+	opened uint64 // the times the node's breaker had opened when the call was queued
 }
 
 type evalResult struct {
@@ -85,7 +90,7 @@ func (n *Node) Client() Client { return n.client }
 // Eval runs a script on the node.
 func (n *Node) Eval(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
 	var v any
-	err := n.do(func() error {
+	err := n.run(ctx, !n.pipelined, func() error {
 		if !n.pipelined {
 			ctx, cancel := n.bound(ctx)
 			defer cancel()
@@ -97,8 +102,8 @@ func (n *Node) Eval(ctx context.Context, s *redis.Script, keys []string, args ..
 			v, err = s.Run(ctx, sc, keys, args...).Result()
 			return err
 		}
-		failures, _ := n.breaker.failed()
-		r, err := n.pipe.Do(context.Background(), "", evalCall{s, keys, args, failures}, n.runPipeline)
+		opened, _ := n.breaker.openings()
+		r, err := n.pipe.Do(context.Background(), "", evalCall{s, keys, args, opened}, n.runPipeline)
 		if err != nil {
 			return err
 		}
@@ -117,14 +122,13 @@ func (n *Node) bound(ctx context.Context) (context.Context, context.CancelFunc) 
 }
 
 // runPipeline sends queued script calls as one pipeline. Calls queued
-// behind a call that found the node dead fail at once, not after another
-// timeout.
+// before the breaker opened fail at once, not after another timeout.
 func (n *Node) runPipeline(ctx context.Context, queued []evalCall) ([]evalResult, error) {
 	out := make([]evalResult, len(queued))
-	failures, last := n.breaker.failed()
+	opened, last := n.breaker.openings()
 	calls, at := queued[:0:0], []int(nil)
 	for i, c := range queued {
-		if c.failures < failures {
+		if c.opened < opened {
 			out[i].err = &unavailableError{node: n.name, err: circuitOpen{last}}
 			continue
 		}
@@ -138,7 +142,7 @@ func (n *Node) runPipeline(ctx context.Context, queued []evalCall) ([]evalResult
 	case 1:
 		c := calls[0]
 		out[at[0]].v, out[at[0]].err = c.script.Run(ctx, n.client, c.keys, c.args...).Result()
-		n.recordUnreachable(out, at)
+		n.recordPipeline(out, at)
 		return out, nil
 	}
 	pipe := n.client.Pipeline()
@@ -156,28 +160,28 @@ func (n *Node) runPipeline(ctx context.Context, queued []evalCall) ([]evalResult
 			r.v, r.err = c.script.Eval(ctx, n.client, c.keys, c.args...).Result()
 		}
 	}
-	n.recordUnreachable(out, at)
+	n.recordPipeline(out, at)
 	return out, nil
 }
 
-// recordUnreachable opens the breaker when a pipeline found the node
-// unreachable, before the next pipeline can start: the calls queued
-// behind it are then refused at once. Their callers record the failure
-// too (Node.do), but may run only after the next pipeline has been sent,
-// and its calls would wait out another timeout.
-func (n *Node) recordUnreachable(out []evalResult, sent []int) {
+// recordPipeline counts a pipeline's outcome as one call's towards the
+// breaker (the node failed to answer it, or answered), before the next
+// pipeline can start: when this opens the breaker, the calls queued
+// behind it are refused at once instead of waiting out another timeout.
+func (n *Node) recordPipeline(out []evalResult, sent []int) {
 	for _, i := range sent {
 		if err := out[i].err; errors.Is(n.wrap(err), ErrUnavailable) {
-			n.breaker.record(time.Now(), err)
+			n.note(n.breaker.record(time.Now(), err))
 			return
 		}
 	}
+	n.note(n.breaker.record(time.Now(), nil))
 }
 
 // HGetAll reads a hash; an empty map means no such key.
 func (n *Node) HGetAll(ctx context.Context, key string) (map[string]string, error) {
 	var h map[string]string
-	err := n.do(func() (err error) {
+	err := n.do(ctx, func() (err error) {
 		h, err = n.client.HGetAll(ctx, key).Result()
 		return err
 	})
@@ -187,7 +191,7 @@ func (n *Node) HGetAll(ctx context.Context, key string) (map[string]string, erro
 // Get reads a string key; "" when there is none.
 func (n *Node) Get(ctx context.Context, key string) (string, error) {
 	var v string
-	err := n.do(func() (err error) {
+	err := n.do(ctx, func() (err error) {
 		v, err = n.client.Get(ctx, key).Result()
 		if errors.Is(err, redis.Nil) {
 			return nil
@@ -199,7 +203,7 @@ func (n *Node) Get(ctx context.Context, key string) (string, error) {
 
 // PExpire sets a key's TTL.
 func (n *Node) PExpire(ctx context.Context, key string, ttl time.Duration) error {
-	return n.do(func() error { return n.client.PExpire(ctx, key, ttl).Err() })
+	return n.do(ctx, func() error { return n.client.PExpire(ctx, key, ttl).Err() })
 }
 
 // Del deletes keys one by one (they may live in different cluster slots)
@@ -208,7 +212,7 @@ func (n *Node) Del(ctx context.Context, keys ...string) (int64, error) {
 	var total int64
 	for _, k := range keys {
 		var c int64
-		err := n.do(func() (err error) {
+		err := n.do(ctx, func() (err error) {
 			c, err = n.client.Del(ctx, k).Result()
 			return err
 		})

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"errors"
 	"net"
 	"strings"
@@ -65,6 +66,69 @@ func TestBreaker(t *testing.T) {
 	}
 }
 
+// It opens only on threshold failures in a row: an answer in between
+// starts the count again. It says when it opens and when it closes.
+func TestBreakerThreshold(t *testing.T) {
+	var b breaker
+	b.cooldown.Store(int64(time.Second))
+	b.threshold.Store(3)
+	now := time.Now()
+	down := errors.New("i/o timeout")
+	for round := range 3 {
+		for i := range 2 {
+			if c := b.record(now, down); c != unchanged || b.isOpen() {
+				t.Fatalf("round %d: failure %d of a threshold of 3 changed the breaker (%v, open %v)", round, i+1, c, b.isOpen())
+			}
+		}
+		if c := b.record(now, nil); c != unchanged {
+			t.Fatalf("round %d: an answer while closed changed the breaker (%v)", round, c)
+		}
+	}
+	b.record(now, down)
+	b.record(now, down)
+	if c := b.record(now, down); c != opened || !b.isOpen() {
+		t.Fatalf("third failure in a row: change %v, open %v; want it opened", c, b.isOpen())
+	}
+	if c := b.record(now, down); c != unchanged {
+		t.Errorf("a failed probe while open: change %v, want none (it was open already)", c)
+	}
+	if n, _ := b.openings(); n != 1 {
+		t.Errorf("opened %d times, want 1", n)
+	}
+	if c := b.record(now, nil); c != closed || b.isOpen() {
+		t.Fatalf("a successful probe: change %v, open %v; want it closed", c, b.isOpen())
+	}
+	// Closed again, it takes threshold failures in a row to open it anew.
+	if c := b.record(now, down); c != unchanged || b.isOpen() {
+		t.Errorf("one failure after closing reopened it (%v)", c)
+	}
+}
+
+// A call that failed because its caller stopped waiting (deadline or
+// cancellation) is not the node's failure.
+func TestNodeBreakerIgnoresCallersGivingUp(t *testing.T) {
+	n := &Node{name: "127.0.0.1:7002"}
+	n.breaker.cooldown.Store(int64(time.Hour))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 10 {
+		err := n.do(ctx, func() error { return ctx.Err() })
+		if err == nil {
+			t.Fatal("a cancelled call returned no error")
+		}
+	}
+	if !n.Stats().Up {
+		t.Fatal("calls whose callers gave up opened the breaker")
+	}
+	// The same error with the caller still waiting is the node's failure.
+	if err := n.do(context.Background(), func() error { return context.DeadlineExceeded }); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a call past the node's timeout: %v, want it unavailable", err)
+	}
+	if n.Stats().Up {
+		t.Fatal("a call past the node's own timeout did not count (threshold 1)")
+	}
+}
+
 func TestBreakerDisabled(t *testing.T) {
 	var b breaker // cooldown 0: no breaker
 	b.record(time.Now(), errors.New("down"))
@@ -91,7 +155,7 @@ func TestNodeBreaker(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 
 	// An error reply proves the node is alive: the breaker stays closed.
-	err := n.do(call(replyErr("ERR wrong number of arguments")))
+	err := n.do(context.Background(), call(replyErr("ERR wrong number of arguments")))
 	if err == nil || errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "backend 127.0.0.1:7002: ERR wrong number") {
 		t.Errorf("error reply: %v, want it passed on with the node's name", err)
 	}
@@ -100,7 +164,7 @@ func TestNodeBreaker(t *testing.T) {
 	}
 
 	// Unreachable: the breaker opens and the node is reported down.
-	err = n.do(call(refused))
+	err = n.do(context.Background(), call(refused))
 	if !errors.Is(err, ErrUnavailable) || err.Error() != "backend 127.0.0.1:7002 unavailable: dial tcp: connect: connection refused" {
 		t.Fatalf("unreachable node: %v", err)
 	}
@@ -111,7 +175,7 @@ func TestNodeBreaker(t *testing.T) {
 	// During the cooldown calls fail at once, without reaching the node.
 	before := runs.Load()
 	for range 100 {
-		err := n.do(call(nil))
+		err := n.do(context.Background(), call(nil))
 		if !errors.Is(err, ErrUnavailable) || !strings.HasPrefix(err.Error(), "backend 127.0.0.1:7002 unavailable: circuit open") {
 			t.Fatalf("call during the cooldown: %v", err)
 		}
@@ -129,13 +193,13 @@ func TestNodeBreaker(t *testing.T) {
 	var failedFast atomic.Int32
 	before = runs.Load()
 	probeDone := make(chan error, 1)
-	go func() { probeDone <- n.do(probe) }()
+	go func() { probeDone <- n.do(context.Background(), probe) }()
 	redistest.WaitFor(t, func() bool { return runs.Load() == before+1 })
 	for range 10 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := n.do(call(nil)); errors.Is(err, ErrUnavailable) {
+			if err := n.do(context.Background(), call(nil)); errors.Is(err, ErrUnavailable) {
 				failedFast.Add(1)
 			}
 		}()
@@ -151,7 +215,7 @@ func TestNodeBreaker(t *testing.T) {
 	if !n.Stats().Up {
 		t.Fatal("node still down after a successful probe")
 	}
-	if err := n.do(call(nil)); err != nil {
+	if err := n.do(context.Background(), call(nil)); err != nil {
 		t.Fatalf("call after recovery: %v", err)
 	}
 

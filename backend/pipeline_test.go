@@ -63,16 +63,19 @@ func TestNodePipelinesConcurrentCalls(t *testing.T) {
 	}
 }
 
-// Calls queued behind a pipeline that finds the node stalled are refused
-// ("circuit open") as soon as it fails: none is sent in a pipeline of its
-// own to wait out another timeout. The coalescer starts that next
-// pipeline right after handing out the results, perhaps before the
-// callers that would record the failure run; so the pipeline records it
-// itself. Pipelines are run here as the coalescer runs them, one after
-// the other, so the order cannot depend on the scheduler.
+// Calls queued behind a pipeline that opens the node's breaker are
+// refused ("circuit open") as soon as it fails: none is sent in a
+// pipeline of its own to wait out another timeout. The coalescer starts
+// that next pipeline right after handing out the results, perhaps before
+// the callers run; so the pipeline records its outcome itself. Below the
+// threshold, the calls queued behind a failed pipeline are sent: one
+// timeout is not a dead node. Pipelines are run here as the coalescer
+// runs them, one after the other, so the order cannot depend on the
+// scheduler.
 func TestNodeQueuedCallsFailWithTheirPipeline(t *testing.T) {
 	srv := redistest.StartServer(t)
-	pool, err := Open(context.Background(), Options{Backends: []string{srv.URL()}, Timeout: 100 * time.Millisecond},
+	pool, err := Open(context.Background(), Options{Backends: []string{srv.URL()}, Timeout: 100 * time.Millisecond,
+		BreakerCooldown: time.Hour, BreakerFailures: 2},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -80,30 +83,38 @@ func TestNodeQueuedCallsFailWithTheirPipeline(t *testing.T) {
 	t.Cleanup(func() { pool.Close() })
 	node := pool.Nodes()[0]
 	echo := redis.NewScript(`return ARGV[1]`)
-	// calls queued when the node had failed failures times.
-	calls := func(n int, failures uint64) []evalCall {
+	// calls queued when the breaker had opened opened times.
+	calls := func(n int, opened uint64) []evalCall {
 		queued := make([]evalCall, n)
 		for i := range queued {
-			queued[i] = evalCall{script: echo, args: []any{"x"}, failures: failures}
+			queued[i] = evalCall{script: echo, args: []any{"x"}, opened: opened}
 		}
 		return queued
+	}
+	unavailable := func(what string, rs []evalResult) {
+		t.Helper()
+		for _, r := range rs {
+			if !errors.Is(node.wrap(r.err), ErrUnavailable) || strings.Contains(r.err.Error(), "circuit open") {
+				t.Fatalf("%s: %v, want it sent and timed out", what, r.err)
+			}
+		}
 	}
 	srv.Pause(t)
 	defer srv.Resume(t)
 	for _, n := range []int{1, 3} {
-		before, _ := node.breaker.failed()
+		node.breaker.record(time.Now(), nil) // closed, no failures
+		before, _ := node.breaker.openings()
 		first, _ := node.runPipeline(context.Background(), calls(n, before))
-		for _, r := range first {
-			if !errors.Is(node.wrap(r.err), ErrUnavailable) {
-				t.Fatalf("a call to a stalled node: %v, want it unavailable", r.err)
-			}
-		}
-		// Queued meanwhile (before the failure), run next: refused, not
-		// sent (sent, they would time out too).
+		unavailable("a call to a stalled node", first)
+		// One failure of a threshold of 2: the calls queued meanwhile are sent.
+		second, _ := node.runPipeline(context.Background(), calls(n, before))
+		unavailable("a call queued behind one failed pipeline", second)
+		// The second failure in a row opened the breaker: the calls
+		// queued before it are refused, not sent (sent, they would time out too).
 		next, _ := node.runPipeline(context.Background(), calls(50, before))
 		for _, r := range next {
 			if r.err == nil || !strings.Contains(r.err.Error(), "circuit open") {
-				t.Fatalf("behind a pipeline of %d that found the node stalled, a queued call got %v, want it refused (circuit open)", n, r.err)
+				t.Fatalf("behind pipelines of %d that opened the breaker, a queued call got %v, want it refused (circuit open)", n, r.err)
 			}
 		}
 	}

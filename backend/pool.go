@@ -47,6 +47,7 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 			c := redis.NewClient(opt)
 			n := &Node{name: opt.Addr, client: c, timeout: o.Timeout, pipelined: true}
 			n.breaker.cooldown.Store(int64(o.BreakerCooldown))
+			n.breaker.threshold.Store(int64(o.BreakerFailures))
 			p.nodes = append(p.nodes, n)
 		}
 	default:
@@ -59,6 +60,9 @@ func Open(ctx context.Context, o Options, log *slog.Logger) (*Pool, error) {
 		applyTimeouts(opt, o)
 		p.nodes = []*Node{{name: "embedded " + e.Addr(), client: redis.NewClient(opt)}}
 		log.Info("no backend configured: using the embedded in-memory backend (state is lost on exit; use --backend redis://host:port for real use)")
+	}
+	for _, n := range p.nodes {
+		n.log = log
 	}
 	// A node that is down now may come up later: loading scripts is an
 	// optimisation (EVALSHA falls back to EVAL), so failures only warn.
@@ -119,11 +123,12 @@ func (n *Node) loadScripts(ctx context.Context, scripts []*redis.Script) error {
 // Nodes are the pool's nodes. A cluster is one node: its client routes by slot.
 func (p *Pool) Nodes() []*Node { return p.nodes }
 
-// SetBreakerCooldown changes how long a failed node is skipped, live
-// (a config reload).
-func (p *Pool) SetBreakerCooldown(d time.Duration) {
+// SetBreaker changes, live (a config reload), how many failures in a row
+// open a node's breaker and how long the node is then skipped.
+func (p *Pool) SetBreaker(failures int, cooldown time.Duration) {
 	for _, n := range p.nodes {
-		n.breaker.cooldown.Store(int64(d))
+		n.breaker.threshold.Store(int64(failures))
+		n.breaker.cooldown.Store(int64(cooldown))
 	}
 }
 

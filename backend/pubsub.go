@@ -47,7 +47,7 @@ func (n *Node) Subscribe(ctx context.Context, channels ...string) (*Subscription
 
 // Publish sends message on channel through the node.
 func (n *Node) Publish(ctx context.Context, channel string, message any) error {
-	ctx, cancel := n.bound(ctx)
+	bounded, cancel := n.bound(ctx)
 	defer cancel()
-	return n.do(func() error { return n.client.Publish(ctx, channel, message).Err() })
+	return n.do(ctx, func() error { return n.client.Publish(bounded, channel, message).Err() })
 }

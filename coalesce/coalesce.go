@@ -44,7 +44,7 @@ type Coalescer[I, R any] struct {
 // RunFunc runs one batch and returns a result per item, in order.
 type RunFunc[I, R any] func(ctx context.Context, items []I) ([]R, error)
 
-// Call is one item for DoAll: what to add to which key's next batch.
+// Call is one item for GoAll: what to add to which key's next batch.
 type Call[I, R any] struct {
 	Key  string
 	Item I
@@ -105,15 +105,6 @@ func (c *Coalescer[I, R]) Do(ctx context.Context, key string, item I, run RunFun
 	return p.out.Res, p.out.Err
 }
 
-// Go adds item to key's next batch, like Do, and calls done with its
-// outcome instead of waiting for it. done runs on the goroutine that ran
-// the batch — the caller's, before Go returns, when key was idle; another
-// caller's or a fresh one otherwise — so it must be quick and must not
-// panic: other items' results wait for it.
-func (c *Coalescer[I, R]) Go(key string, item I, run RunFunc[I, R], done func(Outcome[R])) {
-	c.GoAll([]Call[I, R]{{Key: key, Item: item, Run: run}}, func(_ int, o Outcome[R]) { done(o) })
-}
-
 // GoAll adds every call to its key's next batch at once — so calls on one
 // key go in one batch, in order — and calls done with each call's index
 // and outcome as it comes. Idle keys start running on their own
@@ -143,16 +134,6 @@ func (c *Coalescer[I, R]) GoAll(calls []Call[I, R], done func(i int, o Outcome[R
 			c.drain(g)
 		}
 	}
-}
-
-// DoAll is GoAll that waits for every outcome.
-func (c *Coalescer[I, R]) DoAll(calls []Call[I, R]) []Outcome[R] {
-	out := make([]Outcome[R], len(calls))
-	var wg sync.WaitGroup
-	wg.Add(len(calls))
-	c.GoAll(calls, func(i int, o Outcome[R]) { out[i] = o; wg.Done() })
-	wg.Wait()
-	return out
 }
 
 // enqueue queues p on key and returns the key's group when it was idle:

@@ -149,10 +149,25 @@ func TestCoalescerKeepsArrivalOrder(t *testing.T) {
 	}
 }
 
-// Go's items join batches as Do's do, and done gets each one's outcome:
-// at once on an idle key (on the caller's goroutine), from the batch that
-// carried it on a busy one.
-func TestCoalescerGo(t *testing.T) {
+// goOne is GoAll of one call.
+func goOne[I, R any](c *Coalescer[I, R], key string, item I, run RunFunc[I, R], done func(Outcome[R])) {
+	c.GoAll([]Call[I, R]{{Key: key, Item: item, Run: run}}, func(_ int, o Outcome[R]) { done(o) })
+}
+
+// goAllWait is GoAll that waits for every outcome.
+func goAllWait[I, R any](c *Coalescer[I, R], calls []Call[I, R]) []Outcome[R] {
+	out := make([]Outcome[R], len(calls))
+	var wg sync.WaitGroup
+	wg.Add(len(calls))
+	c.GoAll(calls, func(i int, o Outcome[R]) { out[i] = o; wg.Done() })
+	wg.Wait()
+	return out
+}
+
+// GoAll's items join batches as Do's do, and done gets each one's
+// outcome: at once on an idle key (on the caller's goroutine), from the
+// batch that carried it on a busy one.
+func TestCoalescerGoAll(t *testing.T) {
 	var c Coalescer[int, answerOf]
 	release := make(chan struct{})
 	var mu sync.Mutex
@@ -173,15 +188,15 @@ func TestCoalescerGo(t *testing.T) {
 	}
 
 	var got Outcome[answerOf]
-	c.Go("k", 0, run, func(o Outcome[answerOf]) { got = o }) // idle: runs now
+	goOne(&c, "k", 0, run, func(o Outcome[answerOf]) { got = o }) // idle: runs now
 	if got.Err != nil || got.Res.item != 0 {
-		t.Fatalf("idle key: done got %+v before Go returned", got)
+		t.Fatalf("idle key: done got %+v before GoAll returned", got)
 	}
 
 	outs := make(chan Outcome[answerOf], 4)
-	go c.Go("k", 1, run, func(o Outcome[answerOf]) { outs <- o })
+	go goOne(&c, "k", 1, run, func(o Outcome[answerOf]) { outs <- o })
 	redistest.WaitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 2 })
-	c.Go("k", 2, run, func(o Outcome[answerOf]) { outs <- o }) // queues: returns at once
+	goOne(&c, "k", 2, run, func(o Outcome[answerOf]) { outs <- o }) // queues: returns at once
 	redistest.WaitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.groups["k"].queue) == 1 })
 	doDone := make(chan answerOf)
 	go func() { a, _ := c.Do(context.Background(), "k", 3, run); doDone <- a }()
@@ -197,10 +212,10 @@ func TestCoalescerGo(t *testing.T) {
 		byItem[o.Res.item] = o.Res
 	}
 	if a := <-doDone; a.item != 3 || a.index != 1 {
-		t.Errorf("Do queued behind Go: %+v, want item 3 at index 1", a)
+		t.Errorf("Do queued behind GoAll: %+v, want item 3 at index 1", a)
 	}
 	if byItem[1].index != 0 || byItem[2].index != 0 {
-		t.Errorf("Go outcomes %+v", byItem)
+		t.Errorf("GoAll outcomes %+v", byItem)
 	}
 	if want := [][]int{{0}, {1}, {2, 3}}; !slices.EqualFunc(seen, want, slices.Equal) {
 		t.Errorf("batches %v, want %v", seen, want)
@@ -421,7 +436,7 @@ func TestCoalescerPipelineIsOneCaller(t *testing.T) {
 	}
 	start := time.Now()
 	for i := range 20 {
-		for j, o := range c.DoAll(calls(10 + 6*(i%2))) { // reads of 16, then of 10
+		for j, o := range goAllWait(&c, calls(10+6*(i%2))) { // reads of 16, then of 10
 			if o.Err != nil || o.Res.item != j {
 				t.Fatalf("round %d item %d: %+v", i, j, o)
 			}

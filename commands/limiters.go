@@ -29,7 +29,7 @@ func Limiters(l *ratelimit.Limiters, o Options) []Command {
 					{Name: "timeout", Type: "string", Token: "TIMEOUT"},
 					{Name: "block", Type: "pure-token", Token: "BLOCK"}}},
 			},
-			Handler: h.acquire, Batch: h.acquireBatch, OtherKeys: AlsoKeys,
+			Batch: h.acquireBatch, OtherKeys: AlsoKeys,
 		},
 		{
 			Name: "RL.AVAILABLE", Arity: 2, Flags: []string{"readonly"}, KeyPos: 1, Group: "ratelimit",
@@ -83,17 +83,6 @@ func (h *handlers) setRate(ctx context.Context, _ Caller, args []string) (any, e
 	}
 	changed, err := h.l.SetRate(ctx, r.Name, r.Config, r.SetRateOptions)
 	return boolInt(changed), err
-}
-
-// acquire runs one RL.ACQUIRE: a batch of one, waited for.
-func (h *handlers) acquire(ctx context.Context, c Caller, args []string) (any, error) {
-	done := make(chan any, 1)
-	h.acquireBatch(ctx, c, [][]string{args}, func(_ int, v any) { done <- v })
-	reply := <-done
-	if err, ok := reply.(error); ok {
-		return nil, err
-	}
-	return reply, nil
 }
 
 // acquireBatch starts RL.ACQUIREs — a pipeline's run of them, or a lone

@@ -1,8 +1,9 @@
-// Package commands parses the RL.* and CL.THROTTLE commands into typed
-// requests, validates them, runs them through the sharding layer and
-// encodes their replies. It also holds the command table type that every
-// command — these and the server's connection commands — is declared in,
-// so arity checks, dispatch and COMMAND DOCS/INFO read one list.
+// Package commands is rlproxy's own commands (RL.*, RL.POLICY, CL.THROTTLE,
+// GCRA, the leases): it parses each into a typed request, validates it,
+// hands it to the limiter service (ratelimit, lease) and encodes the
+// reply. It also holds the command table type that every command — these
+// and the server's connection commands — is declared in, so arity checks,
+// dispatch and COMMAND DOCS/INFO read one list.
 package commands
 
 import (
@@ -62,9 +63,8 @@ type Command struct {
 	// Batch, when set, is how the server runs this command: a run of
 	// neighbouring calls of it from one client's pipeline go together, so
 	// they can share backend calls, and a call that comes alone is
-	// answered without a goroutine waiting for it. Handler then is a thin
-	// wrapper of it. Only for commands that read and change no
-	// connection state.
+	// answered without a goroutine waiting for it. Handler is nil then.
+	// Only for commands that read and change no connection state.
 	Batch BatchHandler
 	// Sub are subcommands (CLIENT SETNAME, COMMAND DOCS, ...), by upper-case name.
 	Sub []Command

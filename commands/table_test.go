@@ -173,7 +173,7 @@ func TestLimiterCommandsDocumented(t *testing.T) {
 		}
 	}
 	for _, c := range tab.All() {
-		if c.Handler == nil || c.Summary == "" || c.Group != "ratelimit" || c.KeyPos != 1 || len(c.Flags) == 0 {
+		if (c.Handler == nil) == (c.Batch == nil) || c.Summary == "" || c.Group != "ratelimit" || c.KeyPos != 1 || len(c.Flags) == 0 {
 			t.Errorf("%s: incomplete entry %+v", c.Name, c)
 		}
 		if c.Args[0].Type != "key" {
@@ -203,7 +203,7 @@ func TestLimiterCommandsDocumented(t *testing.T) {
 	if err == nil || err.Error() != "rate must be a positive integer, got '0'" {
 		t.Errorf("RL.SETRATE k 0 1s: %v", err)
 	}
-	_, err = tab.Lookup("RL.ACQUIRE").Handler(context.Background(), nil, words("RL.ACQUIRE k 0"))
+	tab.Lookup("RL.ACQUIRE").Batch(context.Background(), nil, [][]string{words("RL.ACQUIRE k 0")}, func(_ int, v any) { err, _ = v.(error) })
 	if err == nil || err.Error() != "permits must be a positive integer, got '0'" {
 		t.Errorf("RL.ACQUIRE k 0: %v", err)
 	}

@@ -145,6 +145,12 @@ type Config struct {
 	// call tests it again. Must be > 0. Defaults to 1s.
 	BreakerCooldown time.Duration `mapstructure:"breaker_cooldown"`
 
+	// (Optional) How many calls in a row a backend node must fail to
+	// answer (unreachable or past backend_timeout) before its breaker
+	// opens: one slow answer among good ones does not. Must be >= 1.
+	// Defaults to 3.
+	BreakerFailures int `mapstructure:"breaker_failures"`
+
 	// (Optional) How long SIGTERM / SIGINT may take: waiting clients are
 	// answered "ERR rlproxy is shutting down" (their booked permits given
 	// back) at once, requests in flight get this long to finish, then
@@ -290,6 +296,7 @@ func Default() Config {
 		OnBackendError:  FailWithError,
 		BackendTimeout:  500 * time.Millisecond,
 		BreakerCooldown: time.Second,
+		BreakerFailures: 3,
 		ShutdownTimeout: 5 * time.Second,
 		BusyPoll:        100 * time.Microsecond,
 		PoolSize:        0,
@@ -396,6 +403,9 @@ func (c Config) Validate() error {
 	if c.BreakerCooldown <= 0 {
 		bad("breaker_cooldown must be > 0 (got %q)", c.BreakerCooldown.String())
 	}
+	if c.BreakerFailures < 1 {
+		bad("breaker_failures must be >= 1 (got %d)", c.BreakerFailures)
+	}
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown_timeout must be > 0 (got %q)", c.ShutdownTimeout.String())
 	}
@@ -429,6 +439,8 @@ func (c Config) Validate() error {
 
 	if c.MaxPolicies <= 0 {
 		bad("max_policies must be > 0 (got %d)", c.MaxPolicies)
+	} else if len(c.Policies) > c.MaxPolicies {
+		bad("policies: %d listed, more than max_policies (%d)", len(c.Policies), c.MaxPolicies)
 	}
 	if c.ChangeBackstop < 100*time.Millisecond || c.ChangeBackstop > time.Hour {
 		bad("change_backstop must be between 100ms and 1h (got %q)", c.ChangeBackstop.String())

@@ -381,6 +381,11 @@ func TestValidate(t *testing.T) {
 		{"on_backend_error deny", func(c *Config) { c.OnBackendError = "deny" }, ""},
 		{"backend_timeout 0", func(c *Config) { c.BackendTimeout = 0 }, `config: backend_timeout must be > 0 (got "0s")`},
 		{"breaker_cooldown negative", func(c *Config) { c.BreakerCooldown = -time.Second }, `config: breaker_cooldown must be > 0 (got "-1s")`},
+		{"policies over max_policies", func(c *Config) {
+			c.MaxPolicies = 1
+			c.Policies = []Policy{{Pattern: "a:*", Rate: 1, Interval: "1s"}, {Pattern: "b:*", Rate: 1, Interval: "1s"}}
+		}, "config: policies: 2 listed, more than max_policies (1)"},
+		{"breaker_failures 0", func(c *Config) { c.BreakerFailures = 0 }, "config: breaker_failures must be >= 1 (got 0)"},
 		{"pool_size -1", func(c *Config) { c.PoolSize = -1 }, "config: pool_size must be >= 0 (got -1)"},
 		{"shutdown_ready_delay negative", func(c *Config) { c.ShutdownReadyDelay = -time.Second }, `config: shutdown_ready_delay must be >= 0 and less than shutdown_timeout 5s (got "-1s")`},
 		{"shutdown_ready_delay past the timeout", func(c *Config) { c.ShutdownReadyDelay = 5 * time.Second }, `config: shutdown_ready_delay must be >= 0 and less than shutdown_timeout 5s (got "5s")`},

@@ -282,6 +282,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.String(flagName("on_backend_error"), string(d.OnBackendError), "answer when a backend fails: error, allow (fail open) or deny (fail closed)")
 	fs.Duration(flagName("backend_timeout"), d.BackendTimeout, "time limit of each backend dial, read and write (> 0)")
 	fs.Duration(flagName("breaker_cooldown"), d.BreakerCooldown, "how long a failed backend node is skipped before a probe call (> 0)")
+	fs.Int(flagName("breaker_failures"), d.BreakerFailures, "calls in a row a backend node must fail to answer before its breaker opens (>= 1)")
 	fs.Duration(flagName("shutdown_timeout"), d.ShutdownTimeout, "how long SIGTERM/SIGINT may take to drain waiting clients and requests in flight (> 0)")
 	fs.Duration(flagName("shutdown_ready_delay"), d.ShutdownReadyDelay, "on SIGTERM/SIGINT, how long /readyz answers 503 while clients are still served, before the listeners close (part of --shutdown-timeout; only with --metrics-listen)")
 	fs.Duration(flagName("busy_poll"), d.BusyPoll, "how long an otherwise idle proxy polls a socket before sleeping (0 = never)")

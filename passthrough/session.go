@@ -306,13 +306,13 @@ func (s *Session) target(pin bool, proto int, b *batch, addr string) (*conn, err
 		c = p
 	case s.g.cluster != nil:
 		var err error
-		if c, err = s.g.sharedConnAt(addr, s.id, proto); err != nil {
+		if c, err = s.g.sharedConnAt(addr, proto); err != nil {
 			return nil, err
 		}
 	default:
 		if c = s.shared[proto-2]; c == nil || c.broken() {
 			var err error
-			if c, err = s.g.sharedConnAt(addr, s.id, proto); err != nil {
+			if c, err = s.g.sharedConnAt(addr, proto); err != nil {
 				return nil, err
 			}
 			s.shared[proto-2] = c

@@ -188,6 +188,11 @@ func (l *Limiters) firstTry(ctx context.Context, r Request) (firstTry, Outcome, 
 // try went out (a cached denial must not outlive the real one).
 func (l *Limiters) settle(ctx context.Context, r Request, t firstTry, o coalesce.Outcome[answer], sent time.Time) (Outcome, bool, *tried) {
 	a := o.Res
+	if errors.Is(o.Err, backend.ErrUnavailable) {
+		// The script may have run: the full path goes on from the next
+		// shard, never sending it to this one again (twice spent).
+		return Outcome{}, false, &tried{e: t.e, shard: t.shard, failed: o.Err}
+	}
 	if o.Err != nil {
 		return Outcome{}, false, nil
 	}
@@ -219,6 +224,7 @@ type tried struct {
 	e      *entry
 	shard  int
 	denied sharding.Merged
+	failed error // the first try's node could not be reached (then denied is empty)
 }
 
 // full decides r on the full path, probing on from a denied first try
@@ -310,7 +316,11 @@ func (l *Limiters) acquireShards(ctx context.Context, e *entry, r Request, from 
 	before := 0 // shards asked before this walk (a denied first try)
 	if from != nil {
 		order = sharding.Probe(e.Shards, l.opt().MaxProbes, uint64(from.shard))[1:]
-		denied, before = from.denied, 1
+		denied, before, lastErr = from.denied, 1, from.failed
+		if from.failed != nil && before+len(order) < e.Shards {
+			// A dead shard costs no probe: one shard further.
+			order = append(order, (from.shard+len(order)+1)%e.Shards)
+		}
 	} else {
 		order = sharding.Probe(e.Shards, l.opt().MaxProbes, rand.Uint64())
 	}

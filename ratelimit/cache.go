@@ -304,13 +304,6 @@ func (c *configCache) due(name string, now time.Time, every time.Duration) bool 
 	return true
 }
 
-// len returns the number of configs held.
-func (c *configCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.byName)
-}
-
 func (c *configCache) remove(n *cached) {
 	c.unlink(n)
 	c.bytes -= n.size

@@ -150,3 +150,10 @@ func TestEntrySizeIndependentOfShards(t *testing.T) {
 		t.Errorf("the cache's size estimate (%d bytes) is below what the entry holds (%.0f)", est, big)
 	}
 }
+
+// len returns the number of configs held.
+func (c *configCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byName)
+}

@@ -209,6 +209,11 @@ func (s *Server) call(c *client, args []string) (reply any) {
 	if sub != nil {
 		cmd = sub
 	}
+	if cmd.Handler == nil { // a Batch command that could not be batched: its error is its reply
+		done := make(chan any, 1)
+		cmd.Batch(c.ctx, c, [][]string{args}, func(_ int, v any) { done <- v })
+		return <-done
+	}
 	v, err := cmd.Handler(c.ctx, c, args)
 	if err != nil {
 		return err

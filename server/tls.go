@@ -46,8 +46,8 @@ func loadTLS(o TLSOptions) (*tls.Config, error) {
 }
 
 // listenerTLS is the config of the TLS listener: it hands every new
-// connection the config loaded last, so that ReloadTLS applies to the
-// next client at once.
+// connection the config loaded last, so that a reload (Server.Reload)
+// applies to the next client at once.
 func (s *Server) listenerTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -58,20 +58,5 @@ func (s *Server) listenerTLS() *tls.Config {
 }
 
 // ListenerTLS is the TLS listener's config, for another listener with
-// the same certificates (they follow ReloadTLS).
+// the same certificates (they follow a reload).
 func (s *Server) ListenerTLS() *tls.Config { return s.listenerTLS() }
-
-// ReloadTLS re-reads the TLS certificate, key and client CA files. On an
-// error the certificates in use stay.
-func (s *Server) ReloadTLS() error {
-	o := s.opts.TLS
-	if o.Listen == "" {
-		return nil
-	}
-	cfg, err := loadTLS(o)
-	if err != nil {
-		return err
-	}
-	s.tls.Store(cfg)
-	return nil
-}

@@ -232,16 +232,28 @@ func TestOtherClients(t *testing.T) {
 	}
 }
 
+// missingClient skips a client check whose runtime or libraries are not
+// installed — `go test ./...` on a machine with only Go and redis-server —
+// unless RLPROXY_REQUIRE_CLIENT_CHECKS=1 (make test sets it: CI must not
+// lose them), which makes it a failure.
+func missingClient(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("RLPROXY_REQUIRE_CLIENT_CHECKS") == "1" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format+" (skipped: set RLPROXY_REQUIRE_CLIENT_CHECKS=1 to fail instead)", args...)
+}
+
 // nodeChecks returns the node binary, once the Node.js checks' libraries
 // are installed.
 func nodeChecks(t *testing.T) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Fatalf("node not found on PATH (%v): the client checks need Node.js 20 or later", err)
+		missingClient(t, "node not found on PATH (%v): the client checks need Node.js 20 or later", err)
 	}
 	if _, err := os.Stat(filepath.Join("testdata", "clients", "node", "node_modules", "ioredis")); err != nil {
-		t.Fatalf("the Node.js client libraries are not installed (%v): run `make deps` (npm ci in testdata/clients/node)", err)
+		missingClient(t, "the Node.js client libraries are not installed (%v): run `make deps` (npm ci in testdata/clients/node)", err)
 	}
 	return node
 }
@@ -255,6 +267,6 @@ func pythonWithRedis(t *testing.T) string {
 			return py
 		}
 	}
-	t.Fatal("no python3 can import redis-py: run `make deps` (apt-get install python3-redis)")
+	missingClient(t, "no python3 can import redis-py: run `make deps` (apt-get install python3-redis)")
 	return ""
 }

@@ -32,6 +32,7 @@ func shardFailProxy(t testing.TB, nodes []*redistest.Server, tweaks ...func(*con
 	return shardProxy(t, nodes, append([]func(*config.Config){func(c *config.Config) {
 		c.BackendTimeout = shardTimeout
 		c.BreakerCooldown = shardCooldown
+		c.BreakerFailures = 1 // the first call that finds the node stalled opens it
 	}}, tweaks...)...)
 }
 

@@ -34,6 +34,7 @@ func TestReadyzBreakerOpen(t *testing.T) {
 		c.MetricsListen = "127.0.0.1:0"
 		c.BackendTimeout = 100 * time.Millisecond
 		c.BreakerCooldown = 3 * time.Second // long enough to see it cooling on a busy machine
+		c.BreakerFailures = 1
 	})
 	h.Do(t, "RL.SETRATE", "r", 10, "1s").Equal(int64(1))
 	if code, body := readyz(t, h); code != http.StatusOK || body != "ok\n" {

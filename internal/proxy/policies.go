@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/rlproxy/rlproxy/commands"
@@ -34,6 +35,27 @@ func (p *Proxy) applyPolicies(ctx context.Context, sets []commands.PolicySet) er
 		}
 	}
 	return p.limiters.RefreshPolicies(ctx)
+}
+
+// policyRoom checks, before anything is written, that the file's
+// policies fit in max_policies together with those in the backends
+// already (made by RL.POLICY SET or an earlier file).
+func (p *Proxy) policyRoom(ctx context.Context, sets []commands.PolicySet, max int) error {
+	have, err := p.limiters.PolicyList(ctx)
+	if err != nil {
+		return fmt.Errorf("config: policies: cannot count the policies in the backends, nothing written: %v", err)
+	}
+	added := map[string]bool{}
+	for _, r := range sets {
+		if _, found := slices.BinarySearch(have, r.Name); !found {
+			added[r.Name] = true
+		}
+	}
+	if n := len(have) + len(added); n > max {
+		return fmt.Errorf("config: policies: %d in the backends and %d new in the file make %d, more than max_policies (%d): nothing written",
+			len(have), len(added), n, max)
+	}
+	return nil
 }
 
 // retryPolicies applies the config file's policies (as last loaded)

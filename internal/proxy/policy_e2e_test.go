@@ -905,3 +905,35 @@ func TestPolicyKeepStateOutgrowsGenerations(t *testing.T) {
 	h.Do(t, "RL.DEL", "k:1").Equal(int64(1))
 	h.Do(t, "RL.AVAILABLE", "k:1").Equal(int64(10))
 }
+
+// A reload whose policies, with those in the backends already, would be
+// more than max_policies writes none of them and is refused as a whole.
+func TestReloadPoliciesOverMaxWritesNothing(t *testing.T) {
+	t.Parallel()
+	h := start(t, func(c *config.Config) { c.MaxPolicies = 5 })
+	h.Do(t, "RL.POLICY", "SET", "a:*", 1, "1s").Equal(int64(1))
+	h.Do(t, "RL.POLICY", "SET", "b:*", 1, "1s").Equal(int64(1))
+
+	cfg := h.cfg
+	for _, pat := range []string{"b:*", "c:*", "d:*", "e:*", "f:*"} {
+		cfg.Policies = append(cfg.Policies, config.Policy{Pattern: pat, Rate: 2, Interval: "1s"})
+	}
+	_, err := h.proxy.Reload(cfg)
+	if err == nil || !strings.Contains(err.Error(), "2 in the backends and 4 new in the file make 6, more than max_policies (5): nothing written") {
+		t.Fatalf("reload past max_policies: %v, want it refused before writing", err)
+	}
+	h.Do(t, "RL.POLICY", "LIST").Equal([]any{"a:*", "b:*"})
+	h.Do(t, "RL.POLICY", "GET", "b:*").OK()
+	if r := h.Do(t, "RL.POLICY", "GET", "b:*").OK().(map[any]any); r["rate"] != int64(1) {
+		t.Errorf("b:* after the refused reload: rate %v, want 1 (unchanged)", r["rate"])
+	}
+	if info := h.Do(t, "INFO", "reload").OK().(string); !strings.Contains(info, "reloads:0\r\nreload_failures:1\r\n") {
+		t.Errorf("INFO after a refused reload: %q, want reloads:0 reload_failures:1", info)
+	}
+
+	cfg.Policies = cfg.Policies[:4] // b c d e: 5 in all
+	if _, err := h.proxy.Reload(cfg); err != nil {
+		t.Fatalf("reload to exactly max_policies: %v", err)
+	}
+	h.Do(t, "RL.POLICY", "LIST").Equal([]any{"a:*", "b:*", "c:*", "d:*", "e:*"})
+}

@@ -67,6 +67,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		Scripts:  scripts.All(),
 
 		BreakerCooldown: cfg.BreakerCooldown,
+		BreakerFailures: cfg.BreakerFailures,
 		Poller:          poller,
 	}, log)
 	if err != nil {

@@ -66,15 +66,22 @@ func (p *Proxy) Reload(cfg config.Config) (needRestart []string, err error) {
 		p.reloads.failed.Add(1)
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	policiesChanged := slices.Contains(config.Changed(p.cfg, cfg), "policies")
+	if policiesChanged {
+		if err := p.policyRoom(ctx, sets, cfg.MaxPolicies); err != nil {
+			p.reloads.failed.Add(1)
+			return nil, err
+		}
+	}
 	if err := p.server.Reload(frontDoor(cfg)); err != nil {
 		p.reloads.failed.Add(1)
 		return nil, err
 	}
 	p.reloads.done.Add(1)
 	applied := p.applyLimiterKeys(p.cfg, cfg)
-	if slices.Contains(config.Changed(p.cfg, cfg), "policies") {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	if policiesChanged {
 		if err := p.applyPolicies(ctx, sets); err != nil {
 			return nil, err
 		}
@@ -113,7 +120,7 @@ func limiterOptions(cfg config.Config) ratelimit.Options {
 // timeouts when it is made, so a longer one would not take effect.)
 var limiterKeys = []string{
 	"deny_cache", "deny_cache_size", "max_probes", "on_backend_error",
-	"max_waiters", "breaker_cooldown", "max_policies",
+	"max_waiters", "breaker_cooldown", "breaker_failures", "max_policies",
 }
 
 // applyLimiterKeys applies the limiter side's live keys that changed
@@ -132,7 +139,7 @@ func (p *Proxy) applyLimiterKeys(old, new config.Config) (applied []string) {
 	}
 	p.limiters.SetOptions(limiterOptions(new))
 	p.leases.SetMaxWaiters(new.MaxWaiters)
-	p.pool.SetBreakerCooldown(new.BreakerCooldown)
+	p.pool.SetBreaker(new.BreakerFailures, new.BreakerCooldown)
 	return applied
 }
 

@@ -9,16 +9,11 @@
 //
 // Regenerate the picture after a change to an algorithm or to waiting:
 //
-//	make chart-algorithms    # go run ./cmd/rlviz -out docs/algorithms.svg
+//	make chart-algorithms    # cd tools && go run ./rlviz -out ../docs/algorithms.svg
 //
 // The run uses real time and the backend's clock, so two runs differ in
 // detail (a request that arrives just as a permit frees up may go either
 // way), not in shape.
-//
-// rlviz -dashboard draws docs/grafana/dashboard.png instead: the Grafana
-// dashboard's own queries, plotted from a real run (see dashboard.go).
-//
-//	make chart-dashboard     # go run ./cmd/rlviz -dashboard docs/grafana/rlproxy.json -out docs/grafana/dashboard.png
 package main
 
 import (
@@ -104,16 +99,9 @@ func load() ([]time.Duration, []phase) {
 }
 
 func main() {
-	out := flag.String("out", "docs/algorithms.svg", "SVG file to write (with -dashboard: the PNG)")
-	dashboard := flag.String("dashboard", "", "instead, plot this Grafana dashboard `file`'s queries from a real run, as a PNG")
+	out := flag.String("out", "docs/algorithms.svg", "SVG file to write")
 	flag.Parse()
-	var err error
-	if *dashboard != "" {
-		err = runDashboard(*dashboard, *out)
-	} else {
-		err = run(*out)
-	}
-	if err != nil {
+	if err := run(*out); err != nil {
 		fmt.Fprintln(os.Stderr, "rlviz:", err)
 		os.Exit(1)
 	}

@@ -12,7 +12,7 @@
 # commandstats) and each one's ratio to the floor. Needs python3 with
 # redis-py (Debian python3-redis).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 batch=${1:-41}
 rounds=${2:-13}
 shift $(($# < 2 ? $# : 2))
@@ -22,8 +22,8 @@ pids=()
 cgroup=
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 me=names-cost
-# shellcheck source=scripts/lib.sh
-. scripts/lib.sh
+# shellcheck source=tools/bench/lib.sh
+. tools/bench/lib.sh
 dirs=(limiter/lua)
 for rev in "$@"; do
 	mkdir -p "$work/$rev"

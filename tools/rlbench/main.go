@@ -13,7 +13,7 @@
 //	rlbench --mode rlproxy --addr 127.0.0.1:6380 --conns 50 --ping     # the front end's ceiling
 //	rlbench report bench-results/20250101-120000   # the table of a suite run
 //
-// scripts/bench.sh (make bench) runs the whole suite: it starts its own
+// tools/bench/bench.sh (make bench) runs the whole suite: it starts its own
 // redis-server(s) and rlproxy, alternates direct and rlproxy rounds, and
 // calls rlbench report.
 package main

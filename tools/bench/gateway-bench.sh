@@ -12,7 +12,7 @@
 # cgroup cpu controller (root). ROUNDS (default 3) and REQUESTS (default
 # 200000 per test; light: a tenth) tune it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 GO=${GO:-go}
 ROUNDS=${ROUNDS:-3}
 REQUESTS=${REQUESTS:-200000}
@@ -28,8 +28,8 @@ cleanup() {
 trap cleanup EXIT
 
 me=gateway-bench
-# shellcheck source=scripts/lib.sh
-. scripts/lib.sh
+# shellcheck source=tools/bench/lib.sh
+. tools/bench/lib.sh
 
 start_gateway() {
 	GW_PORT=$(free_port)

@@ -16,7 +16,7 @@
 # BENCH_ROWS (all, or some of "hot policy capped cluster probe clients scale":
 # the rlbench scenario groups to run; the report marks the others not
 # run), BENCH_GO (1: also run the Go benchmarks), BENCH_MEMORY (1: also
-# scripts/memory.sh: the proxy's RSS per limiter, Redis's memory per policy
+# tools/bench/memory.sh: the proxy's RSS per limiter, Redis's memory per policy
 # name), BENCH_OUT (bench-results),
 # BENCH_RLPROXY (a prebuilt rlproxy binary to measure instead of this
 # tree's: the same suite on an older version, for before/after tables).
@@ -24,7 +24,7 @@
 # (root on Linux); without one they are skipped with a line saying so.
 # Everything started here is stopped on exit, also on Ctrl-C or failure.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 ROUNDS=${BENCH_ROUNDS:-3}
 SECS=${BENCH_SECONDS:-4}
@@ -52,8 +52,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 me=bench
-# shellcheck source=scripts/lib.sh
-. scripts/lib.sh
+# shellcheck source=tools/bench/lib.sh
+. tools/bench/lib.sh
 
 # start_proxy PORT... [-- FLAG...]: starts rlproxy over those Redis ports
 # (with extra flags after --), sets PROXY_PORT and PROXY_PID.
@@ -79,7 +79,7 @@ if [ -n "${BENCH_RLPROXY:-}" ]; then
 else
 	$GO build -o "$work/rlproxy" ./cmd/rlproxy
 fi
-$GO build -o "$work/rlbench" ./cmd/rlbench
+(cd tools && $GO build -o "$work/rlbench" ./rlbench)
 mkdir -p "$OUT" "$(dirname "$CHART")"
 
 load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo '?')
@@ -239,7 +239,8 @@ fi
 
 "$work/rlbench" report "$OUT" | tee "$OUT/report.txt"
 if rows clients; then
-	$GO run ./scripts -in "$OUT/summary.json" -out "$CHART"
+	(cd tools && $GO build -o "$work/chart" ./bench)
+	"$work/chart" -in "$OUT/summary.json" -out "$CHART"
 	say "bench: results in $OUT/, chart in $CHART"
 else
 	say "bench: results in $OUT/"
@@ -249,16 +250,19 @@ if [ "${BENCH_GO:-1}" = 1 ]; then
 	say "bench: Go benchmarks of the hot paths (go test -bench, allocations reported)"
 	$GO test -run='^$' -bench=. -benchmem -benchtime=200ms ./server ./commands ./limiter ./backend ./sharding ./ratelimit |
 		tee "$OUT/go-bench.txt"
+	say "bench: sharding's under-admission under saturating load (TestShardUnderAdmission, about 20 s)"
+	RLPROXY_MEASURE=1 $GO test -count=1 -run='^TestShardUnderAdmission$' -v ./internal/proxy |
+		grep -v '^redis: ' | tee "$OUT/under-admission.txt"
 fi
 
 # The gateway (passthrough) against Redis direct, with redis-benchmark's
-# GET and SET as the load (scripts/gateway-bench.sh prints its own table).
+# GET and SET as the load (tools/bench/gateway-bench.sh prints its own table).
 if [ "${BENCH_GATEWAY:-1}" = 1 ]; then
 	say "bench: gateway passthrough vs direct (redis-benchmark GET/SET)"
-	GO=$GO ROUNDS="$ROUNDS" bash scripts/gateway-bench.sh | tee "$OUT/gateway.txt"
+	GO=$GO ROUNDS="$ROUNDS" bash tools/bench/gateway-bench.sh | tee "$OUT/gateway.txt"
 fi
 
 if [ "${BENCH_MEMORY:-1}" = 1 ]; then
-	say "bench: the proxy's memory per limiter and per policy name (scripts/memory.sh; about 4 minutes)"
-	MEM_RLPROXY="$work/rlproxy" bash scripts/memory.sh | tee "$OUT/memory.txt"
+	say "bench: the proxy's memory per limiter and per policy name (tools/bench/memory.sh; about 4 minutes)"
+	MEM_RLPROXY="$work/rlproxy" bash tools/bench/memory.sh | tee "$OUT/memory.txt"
 fi

@@ -14,7 +14,7 @@ import (
 )
 
 // Summary is a suite run boiled down: the median of each scenario's rounds
-// per mode, and every target checked against them. scripts/chart.go draws
+// per mode, and every target checked against them. tools/bench/chart.go draws
 // its chart from it.
 type Summary struct {
 	CPUs      int        `json:"cpus"`
@@ -245,7 +245,7 @@ func ratio(a, b float64) float64 {
 
 func perSec(n int64, s float64) float64 { return ratio(float64(n), s) }
 
-// The scenarios scripts/bench.sh runs, by name.
+// The scenarios tools/bench/bench.sh runs, by name.
 const (
 	scenHotPipelined = "hot-p16"    // 50 conns x 16, one limiter that grants everything
 	scenHotPlain     = "hot-p1"     // 50 conns x 1, the same limiter

@@ -1,9 +1,9 @@
-// Command scripts draws the chart of `make bench`: throughput against the
+// Command bench draws the chart of `make bench`: throughput against the
 // number of client connections, direct-to-Redis against rlproxy, from the
 // summary.json that `rlbench report` writes. The SVG is written by hand, so
 // drawing it needs nothing but Go.
 //
-//	go run ./scripts -in bench-results/<time>/summary.json -out docs/bench-throughput.svg
+//	cd tools && go run ./bench -in ../bench-results/<time>/summary.json -out ../docs/bench-throughput.svg
 package main
 
 import (

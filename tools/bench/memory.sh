@@ -21,7 +21,7 @@
 # target is missed. MEM_RLPROXY: a prebuilt rlproxy to measure instead;
 # MEM_CASES: some of "heavy ordinary policy redis" (default: all).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 NAMES=${MEM_NAMES:-300000}
 POLICY_NAMES=${MEM_POLICY_NAMES:-1000000}
@@ -39,8 +39,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 me=memory
-# shellcheck source=scripts/lib.sh
-. scripts/lib.sh
+# shellcheck source=tools/bench/lib.sh
+. tools/bench/lib.sh
 rss_mb() { awk '/^VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
 if [ -n "${MEM_RLPROXY:-}" ]; then
@@ -162,7 +162,7 @@ redis_per_name() {
 	gcra_cmds() { seq 0 $((REDIS_NAMES - 1)) | awk -v s="$sha" '{print "EVALSHA " s " 1 u:" $1 " 100 100 3600000 1"}'; }
 	acquire_cmds() { seq 0 $((REDIS_NAMES - 1)) | awk -v p="$p" '{print "RL.ACQUIRE " p ":" $1}'; }
 	fresh
-	sed -n '/^const gcraScript = `/,/^`/p' cmd/rlbench/gcra.go | sed '1d;$d' >"$work/gcra.lua"
+	sed -n '/^const gcraScript = `/,/^`/p' tools/rlbench/gcra.go | sed '1d;$d' >"$work/gcra.lua"
 	sha=$(redis-cli -p "$rport" -x SCRIPT LOAD <"$work/gcra.lua")
 	gcra=$(per_name "$rport" gcra_cmds)
 	printf 'memory: Redis per name, %s names: direct GCRA key %s B\n' "$REDIS_NAMES" "$gcra"

@@ -2,7 +2,7 @@
 # Per-user decisions when Redis is the scarce resource: bench.sh's
 # capped-policy rows alone, with an optional earlier build side by side.
 #
-# One redis-server capped at 10% of a core (cap_cpu, scripts/lib.sh), a
+# One redis-server capped at 10% of a core (cap_cpu, tools/bench/lib.sh), a
 # policy over 10,000 names, 50 connections, each request a random name;
 # pipelines of 1 and 16. Each round runs direct EVALSHA (rlbench's
 # minimal GCRA on per-name keys), this tree's rlproxy and, when
@@ -11,7 +11,7 @@
 # Redis CPU µs per decision. Knobs: BENCH_ROUNDS (3), BENCH_SECONDS (4),
 # BENCH_BEFORE (an rlproxy binary), BENCH_OUT (bench-results).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 ROUNDS=${BENCH_ROUNDS:-3}
 SECS=${BENCH_SECONDS:-4}
@@ -30,14 +30,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 me=bench-per-user
-# shellcheck source=scripts/lib.sh
-. scripts/lib.sh
+# shellcheck source=tools/bench/lib.sh
+. tools/bench/lib.sh
 
 mkdir -p "$OUT"
 $GO build -o "$work/after" ./cmd/rlproxy
-for pkg in ./cmd/rlbench ./tools/rlbench ./tools/cmd/rlbench; do
-	[ -d "$pkg" ] && { $GO build -o "$work/rlbench" "$pkg"; break; }
-done
+(cd tools && $GO build -o "$work/rlbench" ./rlbench)
 modes=(direct after)
 if [ -n "${BENCH_BEFORE:-}" ]; then
 	cp "$BENCH_BEFORE" "$work/before"
