@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -228,4 +229,15 @@ func (s *Server) forward(c *client, calls [][]string) {
 		})
 		calls = calls[n:]
 	}
+}
+
+// ask forwards one call of rlproxy's own (INFO, COMMAND) on the client's
+// session and returns the backend's reply frame (a copy); the client's
+// earlier commands have been answered (handle runs them in order).
+func (s *Server) ask(c *client, args []string) []byte {
+	got := make(chan []byte, 1)
+	s.session(c).Forward(c.proto, [][]string{args}, func(_ int, frame []byte) {
+		got <- bytes.Clone(frame)
+	})
+	return <-got
 }

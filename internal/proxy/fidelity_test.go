@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -60,4 +61,64 @@ func TestGatewayDebug(t *testing.T) {
 	h.Do(t, "DEBUG", "NO-SUCH").ErrContains("ERR unknown subcommand or wrong number of arguments for 'NO-SUCH'")
 	app := h.Conn(t, func(o *redis.Options) { o.Username, o.Password = "app", "apppw" })
 	app.Do(t, "DEBUG", "SLEEP", 0).Err("NOPERM User app has no permissions to run the 'debug' command")
+}
+
+// TestGatewayInfo: INFO is the backend's reply (its version, settings,
+// keyspace) followed by rlproxy's own sections; INFO rlproxy gives only
+// rlproxy's, INFO memory only the backend's; RESP2 and RESP3 alike.
+func TestGatewayInfo(t *testing.T) {
+	h := start(t, passthroughOn)
+	backend := h.backend.Client(t)
+	ctx := context.Background()
+	theirs, err := backend.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := ""
+	for _, l := range strings.Split(theirs, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "redis_version:"); ok {
+			version = v
+		}
+	}
+	if err := backend.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.Do(t, "SET", "k", "v").Equal("OK")
+	for _, proto := range []int{2, 3} {
+		c := h.Conn(t, func(o *redis.Options) { o.Protocol = proto })
+		all := c.Do(t, "INFO").OK().(string)
+		for _, want := range []string{"# Server\r\nredis_version:" + version + "\r\n", "maxmemory_policy:allkeys-lru\r\n",
+			"# Keyspace\r\ndb0:keys=1,", "\r\n# rlproxy\r\nrlproxy_version:", "\r\n# Passthrough\r\n"} {
+			if !strings.Contains(all, want) {
+				t.Errorf("RESP%d INFO has no %q:\n%s", proto, want, all)
+			}
+		}
+		if strings.Index(all, "# rlproxy") < strings.Index(all, "# Keyspace") {
+			t.Errorf("RESP%d INFO: rlproxy's sections come before the backend's", proto)
+		}
+		own := c.Do(t, "INFO", "rlproxy").OK().(string)
+		if !strings.HasPrefix(own, "# rlproxy\r\n") || strings.Contains(own, "redis_version") || strings.Contains(own, "# Passthrough") {
+			t.Errorf("RESP%d INFO rlproxy:\n%s", proto, own)
+		}
+		mem := c.Do(t, "INFO", "memory").OK().(string)
+		if !strings.HasPrefix(mem, "# Memory\r\n") || strings.Contains(mem, "# rlproxy") {
+			t.Errorf("RESP%d INFO memory:\n%s", proto, mem)
+		}
+		both := c.Do(t, "INFO", "keyspace", "passthrough").OK().(string)
+		if !strings.HasPrefix(both, "# Keyspace\r\ndb0:keys=1,") || !strings.Contains(both, "\r\n# Passthrough\r\nforwarded:") {
+			t.Errorf("RESP%d INFO keyspace passthrough:\n%s", proto, both)
+		}
+	}
+	// RESP3's INFO is verbatim text, as Redis 7 sends it.
+	r := h.raw(t)
+	r.Steps([][2]string{{"HELLO 3", "%7"}})
+	for r.Line() != "modules" { // the last field
+	}
+	r.Line()
+	if got := r.Call("INFO", "rlproxy"); !strings.HasPrefix(got, "=") {
+		t.Errorf("RESP3 INFO rlproxy begins %q, want verbatim text (=)", got)
+	}
+	if got := r.Line(); got != "txt:# rlproxy" {
+		t.Errorf("RESP3 INFO rlproxy's text begins %q, want txt:# rlproxy", got)
+	}
 }
