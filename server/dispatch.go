@@ -41,7 +41,9 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		if s.forwards(c, calls[i]) {
 			forwarded = true
 			j := i + 1
-			for j < len(calls) && s.forwards(c, calls[j]) {
+			// A PING after forwarded commands goes with them: after a
+			// SUBSCRIBE in the run it is answered in the Pub/Sub shape.
+			for j < len(calls) && (s.forwards(c, calls[j]) || strings.EqualFold(calls[j][0], "PING")) {
 				j++
 			}
 			q.waitUnforwarded()

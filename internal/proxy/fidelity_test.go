@@ -1,8 +1,13 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net"
+	"slices"
 	"strings"
+	"time"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -120,5 +125,78 @@ func TestGatewayInfo(t *testing.T) {
 	}
 	if got := r.Line(); got != "txt:# rlproxy" {
 		t.Errorf("RESP3 INFO rlproxy's text begins %q, want txt:# rlproxy", got)
+	}
+}
+
+// transcript sends script (raw RESP or inline commands) to addr, then
+// PING with a marker, and returns the reply lines up to the marker: what
+// a client reads. With hello3 it first switches to RESP3 (HELLO's reply,
+// which names the server, is left out).
+func transcript(t *testing.T, addr string, hello3 bool, script string) []string {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, callTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(callTimeout))
+	r := bufio.NewReader(nc)
+	line := func() string {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s: read: %v (read %q)", addr, err, l)
+		}
+		return strings.TrimSuffix(l, "\r\n")
+	}
+	if hello3 {
+		fmt.Fprint(nc, "HELLO 3\r\n")
+		for line() != "modules" {
+		}
+		line()
+	}
+	fmt.Fprint(nc, script+"PING marker\r\n")
+	var lines []string
+	for l := line(); l != "marker"; l = line() {
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// sameAsRedis checks that rlproxy answers a script as the Redis behind
+// it does, byte for byte, in RESP2 and RESP3.
+func sameAsRedis(t *testing.T, h *harness, script string) {
+	t.Helper()
+	for _, hello3 := range []bool{false, true} {
+		want := transcript(t, h.backend.Addr(), hello3, script)
+		got := transcript(t, h.proxy.Addr(), hello3, script)
+		if !slices.Equal(got, want) {
+			t.Errorf("RESP3 %v, %q:\nrlproxy answers %q\nRedis answers   %q", hello3, script, got, want)
+		}
+	}
+}
+
+// TestGatewayPubSub: Pub/Sub exactly as Redis: UNSUBSCRIBE of several
+// channels (subscribed or not) and without arguments, one reply each;
+// PING while subscribed; RESET; a RESP3 client's pushes mixed with its
+// replies, in Redis's order.
+func TestGatewayPubSub(t *testing.T) {
+	h := start(t, passthroughOn)
+	for _, script := range []string{
+		"UNSUBSCRIBE foo bar quux\r\n",
+		"PUNSUBSCRIBE foo.* bar.*\r\n",
+		"UNSUBSCRIBE\r\n",
+		"SUBSCRIBE a b c\r\nUNSUBSCRIBE\r\nPING\r\n",
+		"SUBSCRIBE a\r\nPING\r\nPING foo\r\nUNSUBSCRIBE a b\r\nPING\r\n",
+		"SUBSCRIBE a a b\r\nPSUBSCRIBE p.*\r\nUNSUBSCRIBE\r\nPUNSUBSCRIBE\r\n",
+		"SUBSCRIBE a\r\nRESET\r\nPING\r\n",
+	} {
+		sameAsRedis(t, h, script)
+	}
+	// RESP3: commands while subscribed, and a message to oneself comes
+	// before the reply of the PUBLISH that sent it.
+	script := "SUBSCRIBE a\r\nPUBLISH a hello\r\nSET x 1\r\nGET x\r\nUNSUBSCRIBE a\r\n"
+	want := transcript(t, h.backend.Addr(), true, script)
+	if got := transcript(t, h.proxy.Addr(), true, script); !slices.Equal(got, want) {
+		t.Errorf("RESP3 %q:\nrlproxy answers %q\nRedis answers   %q", script, got, want)
 	}
 }
