@@ -7,8 +7,8 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/config"
