@@ -169,11 +169,21 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		if begin {
 			s.multiPending = false
 		}
+		// The client switched protocol (HELLO): so does its pinned
+		// connection, before this command.
+		rehello := target == s.pin && s.proto != proto
+		if rehello {
+			s.proto = proto
+		}
 		s.out++
 		s.mu.Unlock()
 		if b.c != target {
 			b.flush()
 			b.c = target
+		}
+		if rehello {
+			b.cmds = append(b.cmds, []string{"HELLO", strconv.Itoa(proto)})
+			b.ws = append(b.ws, &waiter{s: s})
 		}
 		if begin { // MULTI's +OK was answered when it came
 			b.cmds = append(b.cmds, []string{"MULTI"})

@@ -2,7 +2,7 @@
 # redis-suite.sh: Redis's own test suite as rlproxy's gateway yardstick.
 # Runs units of redis/redis tests/ in external mode, first against a
 # redis-server directly, then through rlproxy (passthrough on) in front of
-# that same redis-server, and prints per unit the tests passed each way.
+# the same redis-server, and prints per unit the tests passed each way.
 #
 #   tools/redis-suite.sh REDIS_SRC [unit...]
 #
@@ -41,8 +41,7 @@ sed -i 's/^\(\s*\)r config set \$param \$val$/\1catch {r config set $param $val}
 	"$work/tests/support/server.tcl"
 "$GO" build -o "$work/rlproxy" ./cmd/rlproxy
 
-# redis_for_unit: a fresh Redis per unit (both sides use the same one),
-# with the settings of the suite's own servers that matter.
+# redis_for_unit: a fresh Redis, with the settings of the suite's own servers that matter.
 redis_for_unit() {
 	start_redis --enable-debug-command yes --enable-protected-configs yes \
 		--enable-module-command yes --notify-keyspace-events KEA --latency-monitor-threshold 1
@@ -55,12 +54,22 @@ run_unit() {
 	printf '%s %s\n' "$(grep -c '^\[ok\]' "$3" || true)" "$(grep -c '^\[err\]\|^\[exception\]' "$3" || true)"
 }
 
+# stop_redis: ends the unit's Redis (noting if it died on its own).
+stop_redis() {
+	kill -0 "$REDIS_PID" 2>/dev/null || say "$1: redis-server died (see $work/redis-$REDIS_PORT.log)"
+	kill "$REDIS_PID" 2>/dev/null || true
+	wait "$REDIS_PID" 2>/dev/null || true
+}
+
 printf '%-14s %14s %14s\n' unit "passed direct" "via rlproxy"
 total_d=0 total_p=0
 for u in "${units[@]}"; do
 	log=${u//\//-}
+	# Each side gets a fresh Redis: a unit may leave settings changed.
 	redis_for_unit
 	read -r okd _ < <(run_unit "$u" "$REDIS_PORT" "$OUT/$log.direct.log")
+	stop_redis "$u"
+	redis_for_unit
 	GW_PORT=$(free_port)
 	"$work/rlproxy" --listen "127.0.0.1:$GW_PORT" --backend "redis://127.0.0.1:$REDIS_PORT" \
 		--passthrough --log-level warn 2>"$OUT/$log.rlproxy-stderr.log" &
@@ -70,9 +79,7 @@ for u in "${units[@]}"; do
 	read -r okp _ < <(run_unit "$u" "$GW_PORT" "$OUT/$log.rlproxy.log")
 	kill "$gw" 2>/dev/null || true
 	wait "$gw" 2>/dev/null || true
-	kill -0 "$REDIS_PID" 2>/dev/null || say "$u: redis-server died (see $work/redis-$REDIS_PORT.log)"
-	kill "$REDIS_PID" 2>/dev/null || true
-	wait "$REDIS_PID" 2>/dev/null || true
+	stop_redis "$u"
 	printf '%-14s %14d %14d\n' "$u" "$okd" "$okp"
 	total_d=$((total_d + okd)) total_p=$((total_p + okp))
 done

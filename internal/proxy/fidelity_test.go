@@ -200,3 +200,20 @@ func TestGatewayPubSub(t *testing.T) {
 		t.Errorf("RESP3 %q:\nrlproxy answers %q\nRedis answers   %q", script, got, want)
 	}
 }
+
+// TestGatewayHelloWhilePinned: a client whose backend connection is
+// pinned (SELECT 9, as Redis's own tests do) and then switches protocol
+// gets its replies in the new protocol.
+func TestGatewayHelloWhilePinned(t *testing.T) {
+	h := start(t, passthroughOn)
+	r := h.raw(t)
+	r.Steps([][2]string{{"SELECT 9", "+OK"}, {"DEL nokey", ":0"}, {"GET nokey", "$-1"}, {"HELLO 3", "%7"}})
+	for r.Line() != "modules" {
+	}
+	r.Line()
+	r.Steps([][2]string{{"GET nokey", "_"}, {"HELLO 2", "*14"}})
+	for r.Line() != "modules" {
+	}
+	r.Line()
+	r.Steps([][2]string{{"GET nokey", "$-1"}})
+}
