@@ -193,6 +193,11 @@ func (s *Server) call(c *client, args []string) (reply any) {
 		s.session(c).Abort() // EXEC answers EXECABORT, as Redis after a refused command
 		return fmt.Errorf("%s is not allowed inside MULTI", strings.ToUpper(args[0]))
 	}
+	if cmd.Name == "COMMAND" { // with the gateway: the backend's commands and rlproxy's
+		if v, ok := s.gatewayCommand(c, args); ok {
+			return v
+		}
+	}
 	if !cmd.ArityOK(len(args)) {
 		return commands.ArityError(args[0])
 	}

@@ -217,3 +217,45 @@ func TestGatewayHelloWhilePinned(t *testing.T) {
 	r.Line()
 	r.Steps([][2]string{{"GET nokey", "$-1"}})
 }
+
+// TestGatewayCommand: COMMAND describes the backend's commands plus
+// rlproxy's own (the limiter name as first key), in RESP2 and RESP3.
+func TestGatewayCommand(t *testing.T) {
+	h := start(t, passthroughOn)
+	backend := h.backend.Client(t)
+	ctx := context.Background()
+	theirs, err := backend.Do(ctx, "COMMAND", "COUNT").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, proto := range []int{2, 3} {
+		c := h.Conn(t, func(o *redis.Options) { o.Protocol = proto })
+		count := c.Do(t, "COMMAND", "COUNT").Int()
+		if count <= theirs {
+			t.Fatalf("RESP%d COMMAND COUNT %d, the backend's %d: want the backend's plus rlproxy's", proto, count, theirs)
+		}
+		if all := c.Do(t, "COMMAND").OK().([]any); int64(len(all)) != count {
+			t.Errorf("RESP%d COMMAND lists %d commands, COMMAND COUNT says %d", proto, len(all), count)
+		}
+		theirList, err := backend.Do(ctx, "COMMAND", "LIST").Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		list := c.Do(t, "COMMAND", "LIST").OK().([]any)
+		if want := int64(len(theirList)) + count - theirs; int64(len(list)) != want ||
+			!slices.Contains(list, any("rl.acquire")) || !slices.Contains(list, any("zadd")) {
+			t.Errorf("RESP%d COMMAND LIST: %d names (want %d, with rl.acquire and zadd)", proto, len(list), want)
+		}
+		c.Do(t, "COMMAND", "LIST", "FILTERBY", "PATTERN", "rl.acq*").Equal([]any{"rl.acquire"})
+		info := c.Do(t, "COMMAND", "INFO", "get", "rl.acquire", "nosuch").OK().([]any)
+		if len(info) != 3 || info[0].([]any)[0] != "get" || info[1].([]any)[0] != "rl.acquire" || info[2] != nil {
+			t.Errorf("RESP%d COMMAND INFO get rl.acquire nosuch: %v", proto, info)
+		}
+		c.Do(t, "COMMAND", "GETKEYS", "RL.ACQUIRE", "api", "2").Equal([]any{"api"})
+		c.Do(t, "COMMAND", "GETKEYS", "SET", "k", "v").Equal([]any{"k"})
+		docs := fmt.Sprint(c.Do(t, "COMMAND", "DOCS", "get", "rl.setrate").OK())
+		if !strings.Contains(docs, "rl.setrate") || !strings.Contains(docs, "get") {
+			t.Errorf("RESP%d COMMAND DOCS get rl.setrate: %s", proto, docs)
+		}
+	}
+}
