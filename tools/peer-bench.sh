@@ -73,5 +73,5 @@ for t in GET-p1 SET-p1 GET-p16 SET-p16 light-p50-ms; do
 	d=$(awk -v t="$t" '$1=="direct" && $2==t {print $3}' "$work/results" | median)
 	w=$(awk -v t="$t" '$1=="twemproxy" && $2==t {print $3}' "$work/results" | median)
 	g=$(awk -v t="$t" '$1=="rlproxy" && $2==t {print $3}' "$work/results" | median)
-	printf '%-14s %12s %12s %12s %18s\n' "$t" "$d" "$w" "$g" "$(awk -v g="$g" -v w="$w" 'BEGIN {printf "%.2f", g / w}')"
+	printf '%-14s %12s %12s %12s %18s\n' "$t" "$d" "$w" "$g" "$(awk -v g="$g" -v w="$w" 'BEGIN {if (w > 0) printf "%.2f", g / w; else printf "-"}')"
 done
