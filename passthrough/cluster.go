@@ -99,7 +99,8 @@ var keyspaceWide = map[string]bool{"KEYS": true, "SCAN": true, "DBSIZE": true, "
 // clusterOnly are the commands of connection state rlproxy does not
 // support in cluster mode (a cluster has database 0 only; invalidations
 // would come from one node of many).
-var clusterOnly = map[string]bool{"SELECT": true}
+// CONFIG too: it would set or read one node of many.
+var clusterOnly = map[string]bool{"SELECT": true, "CONFIG": true}
 
 var errCrossSlot = errorFrame("CROSSSLOT Keys in request don't hash to the same slot")
 

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,9 +36,11 @@ type waiter struct {
 	answer []byte // the reply to give in place of the backend's
 
 	confirms  int
+	unsubAll  bool // an unsubscribe from all: confirms is set by its first confirmation
 	frames    []byte
-	redirects int  // MOVED/ASK followed (cluster)
-	block     bool // a blocking command: no reply timeout
+	early     []byte // pushes that came before its reply: relayed first, as Redis sent them
+	redirects int    // MOVED/ASK followed (cluster)
+	block     bool   // a blocking command: no reply timeout
 }
 
 // conn is one backend connection. Commands are written in order (one
@@ -306,11 +309,17 @@ func (f *flushing) flush() {
 // session), or to the owner's push.
 func (c *conn) deliver(f []byte) (*Session, bool) {
 	if s := c.owner.Load(); s != nil {
-		if kind, channel, push, ok := pubsubFrame(f); ok && (push || c.subscribed.Load()) {
+		if kind, channel, push, ok := pubsubFrame(f); ok && (push || c.subscribed.Load() || c.confirming()) {
 			switch kind {
 			case "subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe":
+				// An unsubscribe from all gets one confirmation per
+				// subscription it ends: those confirmed before it.
+				subs := s.subscriptions(strings.Replace(kind, "unsubscribe", "subscribe", 1))
 				s.confirmed(c, kind, channel)
 				c.mu.Lock()
+				if len(c.waiters) > 0 && c.waiters[0].unsubAll {
+					c.waiters[0].confirms, c.waiters[0].unsubAll = max(subs, 1), false
+				}
 				if len(c.waiters) > 0 && c.waiters[0].confirms > 0 {
 					w := c.waiters[0]
 					w.frames = append(w.frames, f...)
@@ -327,11 +336,11 @@ func (c *conn) deliver(f []byte) (*Session, bool) {
 				s.push(f) // e.g. a shard channel's slot moved
 				return nil, true
 			case "message", "pmessage", "smessage", "invalidate":
-				s.push(f)
+				c.pushed(s, f)
 				return nil, true
 			}
 			if push {
-				s.push(f)
+				c.pushed(s, f)
 				return nil, true
 			}
 		}
@@ -347,6 +356,36 @@ func (c *conn) deliver(f []byte) (*Session, bool) {
 	c.mu.Unlock()
 	w.done(f, nil)
 	return w.s, true
+}
+
+// pushed relays a frame no command asked for (a message, a RESP3 push).
+// It goes out before the reply of the command awaited now, where Redis
+// put it (a RESP3 client's PUBLISH to its own channel gets the message
+// first), unless that command blocks: then at once.
+func (c *conn) pushed(s *Session, f []byte) {
+	c.mu.Lock()
+	if len(c.waiters) > 0 && !c.waiters[0].block && c.waiters[0].reply != nil {
+		w := c.waiters[0]
+		if w.confirms > 0 {
+			w.frames = append(w.frames, f...)
+		} else {
+			w.early = append(w.early, f...)
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	s.push(f)
+}
+
+// confirming reports whether the command awaiting the next reply is an
+// (un)subscribe: its confirmations are Pub/Sub frames even when no
+// subscription is left (UNSUBSCRIBE of channels never subscribed, or of
+// several: the first confirmation may leave none).
+func (c *conn) confirming() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters) > 0 && c.waiters[0].confirms > 0
 }
 
 // fail ends the connection: every waiter is answered that it broke.

@@ -340,9 +340,11 @@ func (g *Gateway) unpin(c *conn, proto int, clean bool) {
 
 // refused are the commands a proxy cannot relay: they take over the
 // connection (MONITOR, SYNC), change the server's role or stop it.
+// DEBUG is relayed (to admins): the backend's enable-debug-command
+// decides, as it would for a client of its own.
 var refused = map[string]bool{
 	"MONITOR": true, "SYNC": true, "PSYNC": true, "REPLICAOF": true, "SLAVEOF": true,
-	"SHUTDOWN": true, "DEBUG": true, "FAILOVER": true, "CLUSTER": true,
+	"SHUTDOWN": true, "FAILOVER": true, "CLUSTER": true,
 }
 
 // command is what the gateway knows of one Redis command, from the

@@ -62,11 +62,12 @@ func (s *Session) Abort() {
 	s.mu.Unlock()
 }
 
-// Subscribed reports whether the client has a subscription.
+// Subscribed reports whether the client has a subscription, or has sent
+// an (un)subscribe not yet confirmed (its PING must go after it).
 func (s *Session) Subscribed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.subs) > 0
+	return len(s.subs) > 0 || s.pin != nil && s.pin.subscribed.Load()
 }
 
 // Close ends the session (the client left, or sent RESET): its pinned
@@ -168,11 +169,21 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		if begin {
 			s.multiPending = false
 		}
+		// The client switched protocol (HELLO): so does its pinned
+		// connection, before this command.
+		rehello := target == s.pin && s.proto != proto
+		if rehello {
+			s.proto = proto
+		}
 		s.out++
 		s.mu.Unlock()
 		if b.c != target {
 			b.flush()
 			b.c = target
+		}
+		if rehello {
+			b.cmds = append(b.cmds, []string{"HELLO", strconv.Itoa(proto)})
+			b.ws = append(b.ws, &waiter{s: s})
 		}
 		if begin { // MULTI's +OK was answered when it came
 			b.cmds = append(b.cmds, []string{"MULTI"})
@@ -202,6 +213,7 @@ type step struct {
 	send     []string // sent in its place (DISCARD for an aborted EXEC)
 	answer   []byte   // its reply in place of the backend's
 	confirms int      // (un)subscribe: confirmation frames it gets
+	all      bool     // an unsubscribe from all: one confirmation per subscription then
 	set      func()   // the state change, once it is sent
 	block    bool     // a blocking command
 }
@@ -268,11 +280,10 @@ func (s *Session) plan(cmd *command, args []string) step {
 		return step{pin: true, confirms: max(len(args)-1, 1)}
 	}
 	if kind := cmd.unsub; kind != "" {
-		n := len(args) - 1
-		if n == 0 {
-			n = max(len(s.subs[kind]), 1)
+		if len(args) == 1 { // counted when its first confirmation comes (conn.deliver)
+			return step{pin: true, confirms: 1, all: true}
 		}
-		return step{pin: true, confirms: n}
+		return step{pin: true, confirms: len(args) - 1}
 	}
 	if blocks(cmd, args) {
 		return step{pin: true, block: true}
@@ -368,7 +379,7 @@ func (s *Session) needsPin() bool {
 // goes again to the node named.
 func (s *Session) newWaiter(w *waiter, i int, c *conn, st step, reply func(int, []byte), cmd []string, proto int) *waiter {
 	*w = waiter{s: s, i: i, reply: reply, c: c, cmd: cmd, proto: proto,
-		pinned: st.pin, answer: st.answer, confirms: st.confirms, block: st.block}
+		pinned: st.pin, answer: st.answer, confirms: st.confirms, unsubAll: st.all, block: st.block}
 	return w
 }
 
@@ -388,6 +399,9 @@ func (w *waiter) done(f []byte, err error) {
 	} else if w.answer != nil {
 		f = w.answer
 	}
+	if w.early != nil {
+		f = append(w.early, f...)
+	}
 	s.mu.Lock()
 	s.out--
 	if s.out == 0 {
@@ -406,6 +420,14 @@ func (w *waiter) done(f []byte, err error) {
 	if err != nil && pin == w.c && w.c != nil {
 		s.kill() // its MULTI or subscription cannot go on silently
 	}
+}
+
+// subscriptions returns how many subscriptions of a kind ("subscribe",
+// ...) the client has (as confirmed so far).
+func (s *Session) subscriptions(kind string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.subs[kind])
 }
 
 // confirmed follows the client's subscriptions from the backend's

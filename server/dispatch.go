@@ -41,7 +41,9 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		if s.forwards(c, calls[i]) {
 			forwarded = true
 			j := i + 1
-			for j < len(calls) && s.forwards(c, calls[j]) {
+			// A PING after forwarded commands goes with them: after a
+			// SUBSCRIBE in the run it is answered in the Pub/Sub shape.
+			for j < len(calls) && (s.forwards(c, calls[j]) || strings.EqualFold(calls[j][0], "PING")) {
 				j++
 			}
 			q.waitUnforwarded()
@@ -190,6 +192,11 @@ func (s *Server) call(c *client, args []string) (reply any) {
 	if !s.own[cmd.Name] && c.inSession(Session.InMulti) {
 		s.session(c).Abort() // EXEC answers EXECABORT, as Redis after a refused command
 		return fmt.Errorf("%s is not allowed inside MULTI", strings.ToUpper(args[0]))
+	}
+	if cmd.Name == "COMMAND" { // with the gateway: the backend's commands and rlproxy's
+		if v, ok := s.gatewayCommand(c, args); ok {
+			return v
+		}
 	}
 	if !cmd.ArityOK(len(args)) {
 		return commands.ArityError(args[0])

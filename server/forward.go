@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -91,7 +92,8 @@ func (c *client) inSession(cond func(Session) bool) bool {
 
 // forwards reports whether a call goes to the gateway: a command rlproxy
 // does not own; SELECT and CLIENT TRACKING, which set the state of the
-// client's backend connection; within MULTI every command but the
+// client's backend connection; CONFIG (the settings are the backend's:
+// rlproxy's own stay in its file); within MULTI every command but the
 // client's own handshake (Redis queues them), except rlproxy's limiter
 // commands, which call refuses; PING while subscribed (Redis answers it
 // in the Pub/Sub shape).
@@ -103,7 +105,7 @@ func (s *Server) forwards(c *client, args []string) bool {
 	switch {
 	case cmd == nil:
 		return true
-	case cmd.Name == "SELECT":
+	case cmd.Name == "SELECT" || cmd.Name == "CONFIG":
 		return true
 	case cmd.Name == "CLIENT" && len(args) > 2 && strings.EqualFold(args[1], "TRACKING"):
 		return true
@@ -148,7 +150,8 @@ func (s *Server) forwardable(c *client, args []string) error {
 
 // adminOnly are the forwarded commands (or container|subcommand) only
 // admins may run. FLUSHALL, FLUSHDB and SWAPDB would erase every limit;
-// the rest are Redis's @admin commands — its users (ACL SETUSER could
+// the rest are Redis's @admin commands (but CONFIG GET, which the redis
+// category may run: applications read settings such as maxmemory-policy) — its users (ACL SETUSER could
 // lock rlproxy out of Redis), persistence, modules and diagnostics — as
 // Redis 7.0's COMMAND lists them (TestPassthroughAdminCommands). Those rlproxy
 // answers itself or refuses (CONFIG, CLIENT, MONITOR, ...) are listed too,
@@ -165,7 +168,7 @@ var adminOnly = map[string]bool{
 	"CLUSTER|FAILOVER": true, "CLUSTER|FLUSHSLOTS": true, "CLUSTER|FORGET": true, "CLUSTER|MEET": true,
 	"CLUSTER|REPLICAS": true, "CLUSTER|REPLICATE": true, "CLUSTER|RESET": true, "CLUSTER|SAVECONFIG": true,
 	"CLUSTER|SET-CONFIG-EPOCH": true, "CLUSTER|SETSLOT": true, "CLUSTER|SLAVES": true,
-	"CONFIG|GET": true, "CONFIG|RESETSTAT": true, "CONFIG|REWRITE": true, "CONFIG|SET": true,
+	"CONFIG|RESETSTAT": true, "CONFIG|REWRITE": true, "CONFIG|SET": true,
 	"DEBUG": true, "FAILOVER": true, "MONITOR": true, "PSYNC": true, "REPLCONF": true, "REPLICAOF": true,
 	"ROLE": true, "SHUTDOWN": true, "SLAVEOF": true, "SYNC": true, "PFDEBUG": true, "PFSELFTEST": true,
 	"LATENCY|DOCTOR": true, "LATENCY|GRAPH": true, "LATENCY|HISTOGRAM": true, "LATENCY|HISTORY": true,
@@ -226,4 +229,15 @@ func (s *Server) forward(c *client, calls [][]string) {
 		})
 		calls = calls[n:]
 	}
+}
+
+// ask forwards one call of rlproxy's own (INFO, COMMAND) on the client's
+// session and returns the backend's reply frame (a copy); the client's
+// earlier commands have been answered (handle runs them in order).
+func (s *Server) ask(c *client, args []string) []byte {
+	got := make(chan []byte, 1)
+	s.session(c).Forward(c.proto, [][]string{args}, func(_ int, frame []byte) {
+		got <- bytes.Clone(frame)
+	})
+	return <-got
 }

@@ -169,6 +169,8 @@ func helloAuthenticates(args []string) bool {
 // it breaks the framing or a limit (before AUTH: 10 arguments of 16 KiB;
 // after: fuzzLimit bytes).
 func frameCommand(b []byte, preAuth bool) (args []string, n int, bad bool) {
+	// A negative count ("*-10") is a no-op, as in Redis, of any size.
+	neg := len(b) > 1 && b[1] == '-'
 	num := func(at int, isCount bool) (v int64, next int, bad bool) {
 		v = -1
 		for i := at; i < len(b); i++ {
@@ -177,12 +179,16 @@ func frameCommand(b []byte, preAuth bool) (args []string, n int, bad bool) {
 			case ch >= '0' && ch <= '9':
 				v = max(v, 0)*10 + int64(ch-'0')
 				switch {
+				case isCount && neg:
+					if v > maxBulk {
+						return 0, 0, true
+					}
 				case preAuth && isCount && v > preAuthArgs, preAuth && !isCount && v > preAuthBulk:
 					return 0, 0, true
 				case (isCount && v > maxArgs) || v > maxBulk:
 					return 0, 0, true
 				}
-			case ch == '\r' && ((isCount && v > 0) || (!isCount && v >= 0)):
+			case ch == '\r' && v >= 0:
 				if i+1 == len(b) {
 					return 0, 0, false
 				}
@@ -196,9 +202,16 @@ func frameCommand(b []byte, preAuth bool) (args []string, n int, bad bool) {
 		}
 		return 0, 0, false // incomplete
 	}
-	count, i, bad := num(1, true)
+	first := 1
+	if neg {
+		first = 2
+	}
+	count, i, bad := num(first, true)
 	if bad || i == 0 {
 		return nil, 0, bad
+	}
+	if neg || count == 0 {
+		return nil, i, false // skipped, as an empty line
 	}
 	if int64(i)+6*count > fuzzLimit {
 		return nil, 0, true

@@ -56,11 +56,14 @@ type guardedConn struct {
 	count, word1 int64
 	word         [5]byte
 	cr           bool  // the current argument's CRLF began with CR
+	neg          bool  // the command's count is negative ("*-10": a no-op, as in Redis)
+	hs           int   // where the current command's header began in the buffer scanned
 	big          bool  // this connection sent a big request (memory to give back)
 	err          error // a protocol error to report at the next Read
 
 	held    []byte // bytes read but not yet handed to redcon (before AUTH)
 	heldErr error  // the read error that came with them
+	partial bool   // held is the start of a command's header, cut short: read on
 
 	deadline   bool // a read deadline (timeout) is set
 	handshaken bool // TLS only
@@ -90,11 +93,13 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 	if c.err != nil {
 		c.repliesFirst()
 		// Best effort: the connection is closed right after.
-		_, _ = c.Conn.Write([]byte("-ERR Protocol error: " + c.err.Error() + "\r\n"))
+		// As Redis words it: CR and LF (the byte "expected '$'" got) as spaces.
+		msg := strings.NewReplacer("\r", " ", "\n", " ").Replace(c.err.Error())
+		_, _ = c.Conn.Write([]byte("-ERR Protocol error: " + msg + "\r\n"))
 		c.linger()
 		return 0, fmt.Errorf("%w: %w", errBadFrame, c.err)
 	}
-	fromHeld := len(c.held) > 0
+	fromHeld := len(c.held) > 0 && !c.partial
 	if !fromHeld && c.heldErr != nil {
 		err := c.heldErr
 		c.heldErr = nil
@@ -104,10 +109,21 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 	var err error
 	if fromHeld {
 		n = copy(p, c.held)
-	} else if n, err = c.read(p); n == 0 {
-		return 0, err
+	} else {
+		k := copy(p, c.held) // a header's start, held back
+		c.held, c.partial = nil, false
+		var m int
+		if m, err = c.read(p[k:]); m == 0 {
+			return 0, err
+		}
+		n = k + m
 	}
-	ok := c.scan(p[:n], c.limits())
+	// scan may drop no-op commands ("*0\r\n"): p[:total] is what is left.
+	ok, total := c.scan(p[:n], c.limits())
+	cut := c.st == stCount || c.st == stCountLF // a header cut short: held back till it is whole
+	if cut {
+		c.st, c.neg = stStart, false
+	}
 	switch {
 	case c.err != nil:
 		c.held = nil
@@ -116,11 +132,17 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		}
 		return ok, nil
 	case fromHeld:
-		if c.held = c.held[ok:]; len(c.held) == 0 {
+		if c.held = c.held[ok+n-total:]; len(c.held) == 0 {
 			c.held = nil
 		}
-	case ok < n: // stopped after a whole command, before AUTH
-		c.held, c.heldErr, err = append([]byte(nil), p[ok:n]...), err, nil
+		c.partial = cut && len(c.held) == total-ok
+	case cut:
+		c.held, c.partial = append([]byte(nil), p[ok:total]...), true
+	case ok < total: // stopped after a whole command, before AUTH
+		c.held, c.heldErr, err = append([]byte(nil), p[ok:total]...), err, nil
+	}
+	if ok == 0 && err == nil {
+		return c.Read(p) // nothing whole yet
 	}
 	return ok, err
 }
@@ -215,21 +237,24 @@ func (c *guardedConn) Close() error {
 // scan follows the framing through b and returns how many bytes of it
 // are good: all of b; or up to the first bad byte, with c.err set; or,
 // before AUTH, up to the end of the first whole command in b; or up to
-// an inline command, which is handed over by itself.
-func (c *guardedConn) scan(b []byte, lim frameLimits) int {
+// an inline command, which is handed over by itself; or up to a
+// command's header cut short (c.st tells). Commands of no arguments
+// ("*0\r\n", "*-10\r\n": Redis skips them, redcon would refuse them)
+// are cut out of b: total is b's length after that.
+func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 	for i := 0; i < len(b); i++ {
 		ch := b[i]
 		c.size++
 		switch c.st {
 		case stStart:
 			if ch == '*' {
-				c.st, c.n, c.size = stCount, -1, 1
+				c.st, c.n, c.size, c.neg, c.hs = stCount, -1, 1, false, i
 			} else if ch != '\n' && i > 0 {
 				// An inline command goes to redcon on its own: a bad one
 				// (unbalanced quotes) ends the connection inside redcon,
 				// and the commands before it must be answered first.
 				c.size--
-				return i
+				return i, len(b)
 			} else if ch != '\n' {
 				c.st, c.n = stInline, 1
 			}
@@ -239,10 +264,10 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 				// Inline commands (typed by hand) are handed over one by
 				// one: one may be a RESET.
 				if i+1 < len(b) {
-					return i + 1
+					return i + 1, len(b)
 				}
 			} else if c.n++; c.n > maxInline {
-				return c.fail(i, "too big inline request")
+				return c.fail(i, "too big inline request"), len(b)
 			}
 		case stCount, stSize:
 			what := "invalid multibulk length"
@@ -250,43 +275,54 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 				what = "invalid bulk length"
 			}
 			switch {
+			case ch == '-' && c.st == stCount && c.n == -1 && !c.neg:
+				c.neg = true
 			case ch >= '0' && ch <= '9':
 				c.n = max(c.n, 0)*10 + int64(ch-'0')
 				switch {
+				case c.neg:
+					if c.n > maxBulk {
+						return c.fail(i, what), len(b)
+					}
 				case lim.preAuth && c.st == stCount && c.n > preAuthArgs:
-					return c.fail(i, "unauthenticated multibulk length")
+					return c.fail(i, "unauthenticated multibulk length"), len(b)
 				case lim.preAuth && c.st == stSize && c.n > preAuthBulk:
-					return c.fail(i, "unauthenticated bulk length")
+					return c.fail(i, "unauthenticated bulk length"), len(b)
 				case (c.st == stCount && c.n > maxArgs) || c.n > maxBulk:
-					return c.fail(i, what)
+					return c.fail(i, what), len(b)
 				}
-			case ch == '\r' && c.st == stCount && c.n > 0:
+			case ch == '\r' && c.st == stCount && c.n >= 0:
 				c.st = stCountLF
 			case ch == '\r' && c.st == stSize && c.n >= 0: // "$0": an empty argument
 				c.st = stSizeLF
 			default:
-				return c.fail(i, what)
+				return c.fail(i, what), len(b)
 			}
 		case stCountLF:
 			if ch != '\n' {
-				return c.fail(i, "invalid multibulk length")
+				return c.fail(i, "invalid multibulk length"), len(b)
+			}
+			if c.neg || c.n == 0 { // a no-op: cut out
+				b = append(b[:c.hs], b[i+1:]...)
+				i, c.st = c.hs-1, stStart
+				continue
 			}
 			// Each argument takes at least "$0\r\n\r\n".
 			if c.size+6*c.n > lim.maxRequest {
-				return c.fail(i, c.tooBig(lim))
+				return c.fail(i, c.tooBig(lim)), len(b)
 			}
 			c.st, c.args, c.count = stBulk, c.n, c.n
 		case stBulk:
 			if ch != '$' {
-				return c.fail(i, fmt.Sprintf("expected '$', got %q", ch))
+				return c.fail(i, fmt.Sprintf("expected '$', got '%c'", ch)), len(b)
 			}
 			c.st, c.n = stSize, -1
 		case stSizeLF:
 			if ch != '\n' {
-				return c.fail(i, "invalid bulk length")
+				return c.fail(i, "invalid bulk length"), len(b)
 			}
 			if c.size+c.n+2+6*(c.args-1) > lim.maxRequest {
-				return c.fail(i, c.tooBig(lim))
+				return c.fail(i, c.tooBig(lim)), len(b)
 			}
 			c.st, c.body = stBody, c.n+2
 			if c.args == c.count {
@@ -300,7 +336,7 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 				if c.body == 2 {
 					c.cr = ch == '\r'
 				} else if !c.cr || ch != '\n' {
-					return c.fail(max(i-1, 0), "invalid bulk length")
+					return c.fail(max(i-1, 0), "invalid bulk length"), len(b)
 				}
 				c.body--
 			} else {
@@ -325,7 +361,7 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 					// Before AUTH, and after a RESET, the next command is
 					// judged once this one has run.
 					if (lim.preAuth || c.isReset()) && i+1 < len(b) {
-						return i + 1
+						return i + 1, len(b)
 					}
 				} else {
 					c.st = stBulk
@@ -333,7 +369,10 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) int {
 			}
 		}
 	}
-	return len(b)
+	if c.st == stCount || c.st == stCountLF {
+		return c.hs, len(b)
+	}
+	return len(b), len(b)
 }
 
 // isReset reports whether the command just read is a RESET.

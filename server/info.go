@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -12,28 +13,100 @@ import (
 // lines, like Redis. ioredis waits for "loading:0" before it is ready, so
 // every user gets INFO; a user without admin gets it without the
 // AdminOnly sections (backend addresses), as if they did not exist.
+//
+// With the gateway (and a user who may reach Redis), the Redis behind
+// rlproxy is the application's Redis: INFO is the backend's reply (its
+// redis_version, memory, keyspace) followed by rlproxy's own sections
+// (# rlproxy, # Limiters, # Passthrough, ...): all of them for INFO,
+// INFO default|all|everything, else those named. INFO rlproxy alone
+// asks nothing of the backend.
 func (s *Server) info(c *client, args []string) (any, error) {
+	if s.opts.Forward == nil || s.forwardable(c, args) != nil {
+		return s.infoText(c, s.lookalikeInfo(), args[1:]), nil
+	}
+	own := append([]InfoSection{{Name: "rlproxy", Lines: func() []string {
+		return append(append(s.ownServerInfo(), s.clientsInfo()...), s.statsInfo()...)
+	}}}, s.opts.Info...)
+	theirs := []string{"INFO"}
+	for _, a := range args[1:] {
+		if !slices.ContainsFunc(own, func(sec InfoSection) bool { return strings.EqualFold(sec.Name, a) }) {
+			theirs = append(theirs, a)
+		}
+	}
+	text := ""
+	if len(theirs) > 1 || len(args) == 1 {
+		frame := s.ask(c, theirs)
+		body, ok := infoBody(frame)
+		if !ok {
+			return rawFrame(frame), nil // Redis's error
+		}
+		text = body
+	}
+	if mine := s.infoText(c, own, args[1:]); mine != "" {
+		if text != "" {
+			text += "\r\n"
+		}
+		text += mine
+	}
+	if c.proto == 3 { // Redis 7 answers INFO as verbatim text
+		return rawFrame(fmt.Appendf(nil, "=%d\r\ntxt:%s\r\n", len(text)+4, text)), nil
+	}
+	return text, nil
+}
+
+// infoBody returns the text of a backend's INFO reply: a bulk string, or
+// RESP3's verbatim text ("txt:" first); false for anything else.
+func infoBody(frame []byte) (string, bool) {
+	if len(frame) < 4 || (frame[0] != '$' && frame[0] != '=') {
+		return "", false
+	}
+	_, rest, ok := strings.Cut(string(frame), "\r\n")
+	if !ok {
+		return "", false
+	}
+	rest = strings.TrimSuffix(rest, "\r\n")
+	if frame[0] == '=' {
+		rest = strings.TrimPrefix(rest, "txt:")
+	}
+	return rest, true
+}
+
+// infoText renders the sections named (every one for none, "default",
+// "all" or "everything") that the client may see.
+func (s *Server) infoText(c *client, sections []InfoSection, names []string) string {
+	want := map[string]bool{}
+	for _, a := range names {
+		want[strings.ToLower(a)] = true
+	}
+	all := len(want) == 0 || want["all"] || want["default"] || want["everything"]
+	u := c.user.Load()
+	admin := u == nil || u.admin
+	var b strings.Builder
+	for _, sec := range sections {
+		if !all && !want[strings.ToLower(sec.Name)] || sec.AdminOnly && !admin {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString("# " + sec.Name + "\r\n")
+		for _, l := range sec.Lines() {
+			b.WriteString(l + "\r\n")
+		}
+	}
+	return b.String()
+}
+
+// lookalikeInfo are INFO's sections without the gateway: rlproxy in
+// Redis's shape, then its own.
+func (s *Server) lookalikeInfo() []InfoSection {
 	sections := []InfoSection{
-		{Name: "Server", Lines: s.serverInfo},
-		{Name: "Clients", Lines: func() []string {
-			return []string{
-				fmt.Sprintf("connected_clients:%d", s.Stats().ConnectedClients),
-				fmt.Sprintf("maxclients:%d", s.limits().MaxClients),
-			}
+		{Name: "Server", Lines: func() []string {
+			return append([]string{"redis_version:" + redisVersion, "redis_mode:standalone"}, s.ownServerInfo()...)
 		}},
+		{Name: "Clients", Lines: s.clientsInfo},
 		{Name: "Persistence", Lines: func() []string { return []string{"loading:0"} }},
-		{Name: "Stats", Lines: func() []string {
-			st := s.Stats()
-			return []string{
-				fmt.Sprintf("total_connections_received:%d", st.Connections),
-				fmt.Sprintf("total_commands_processed:%d", st.Commands),
-				fmt.Sprintf("rejected_connections:%d", st.Rejected),
-				fmt.Sprintf("accept_errors_out_of_fds:%d", st.AcceptErrors),
-				fmt.Sprintf("auth_failures:%d", st.AuthFailures),
-				fmt.Sprintf("tls_handshake_failures:%d", st.TLSHandshakeFailures),
-				fmt.Sprintf("recovered_panics:%d", st.Panics),
-			}
-		}},
+		{Name: "Stats", Lines: s.statsInfo},
 		// A primary without replicas, as clients that look for the primary
 		// read it (role:master).
 		{Name: "Replication", Lines: func() []string {
@@ -54,36 +127,35 @@ func (s *Server) info(c *client, args []string) (any, error) {
 		{Name: "Cluster", Lines: func() []string { return []string{"cluster_enabled:0"} }},
 		{Name: "Keyspace", Lines: func() []string { return nil }},
 	}
-	sections = append(sections, s.opts.Info...)
-	want := map[string]bool{}
-	for _, a := range args[1:] {
-		want[strings.ToLower(a)] = true
-	}
-	all := len(want) == 0 || want["all"] || want["default"] || want["everything"]
-	u := c.user.Load()
-	admin := u == nil || u.admin
-	var b strings.Builder
-	for _, sec := range sections {
-		if !all && !want[strings.ToLower(sec.Name)] || sec.AdminOnly && !admin {
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteString("\r\n")
-		}
-		b.WriteString("# " + sec.Name + "\r\n")
-		for _, l := range sec.Lines() {
-			b.WriteString(l + "\r\n")
-		}
-	}
-	return b.String(), nil
+	return append(sections, s.opts.Info...)
 }
 
-func (s *Server) serverInfo() []string {
+func (s *Server) clientsInfo() []string {
+	return []string{
+		fmt.Sprintf("connected_clients:%d", s.Stats().ConnectedClients),
+		fmt.Sprintf("maxclients:%d", s.limits().MaxClients),
+	}
+}
+
+func (s *Server) statsInfo() []string {
+	st := s.Stats()
+	return []string{
+		fmt.Sprintf("total_connections_received:%d", st.Connections),
+		fmt.Sprintf("total_commands_processed:%d", st.Commands),
+		fmt.Sprintf("rejected_connections:%d", st.Rejected),
+		fmt.Sprintf("accept_errors_out_of_fds:%d", st.AcceptErrors),
+		fmt.Sprintf("auth_failures:%d", st.AuthFailures),
+		fmt.Sprintf("tls_handshake_failures:%d", st.TLSHandshakeFailures),
+		fmt.Sprintf("recovered_panics:%d", st.Panics),
+	}
+}
+
+// ownServerInfo is rlproxy's process: what Redis's Server section says
+// of Redis.
+func (s *Server) ownServerInfo() []string {
 	uptime := time.Since(s.started)
 	return []string{
-		"redis_version:" + redisVersion,
 		"rlproxy_version:" + s.opts.Version,
-		"redis_mode:standalone",
 		"os:" + runtime.GOOS + " " + runtime.GOARCH,
 		"go_version:" + runtime.Version(),
 		fmt.Sprintf("process_id:%d", os.Getpid()),
