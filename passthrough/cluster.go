@@ -163,7 +163,7 @@ func (s *Session) follow(w *waiter, f []byte) bool {
 		s.g.cluster.moved(slot, addr)
 		go s.g.loadSlots(context.Background()) //nolint:errcheck // the MOVED entry serves meanwhile
 	}
-	c, err := s.g.sharedConnAt(addr, s.id, w.proto)
+	c, err := s.g.sharedConnAt(addr, s.tenant, s.id, w.proto)
 	if err != nil {
 		return false
 	}

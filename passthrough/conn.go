@@ -48,6 +48,7 @@ type waiter struct {
 type conn struct {
 	nc   net.Conn
 	addr string // the node's
+	pool string // whose connections it is one of (Tenant.pool)
 
 	mu      sync.Mutex
 	out     []byte

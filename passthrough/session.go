@@ -10,11 +10,12 @@ import (
 // commands go to (shared, or pinned to it while it holds connection
 // state) and that state.
 type Session struct {
-	g     *Gateway
-	id    uint64
-	push  func(frame []byte) // relays a frame no command asked for
-	flush func()             // writes the replies filled so far
-	kill  func()             // closes the client once its replies are out
+	g      *Gateway
+	id     uint64
+	tenant Tenant
+	push   func(frame []byte) // relays a frame no command asked for
+	flush  func()             // writes the replies filled so far
+	kill   func()             // closes the client once its replies are out
 
 	mu      sync.Mutex
 	drained sync.Cond // out fell to 0
@@ -41,8 +42,8 @@ type Session struct {
 // flush is called (after each run of replies read from a backend
 // connection); kill closes the client's connection once its replies are
 // written (its pinned backend connection broke).
-func (g *Gateway) Open(push func(frame []byte), flush, kill func()) *Session {
-	s := &Session{g: g, id: g.sessions.Add(1), push: push, flush: flush, kill: kill}
+func (g *Gateway) Open(t Tenant, push func(frame []byte), flush, kill func()) *Session {
+	s := &Session{g: g, id: g.sessions.Add(1), tenant: t, push: push, flush: flush, kill: kill}
 	s.drained.L = &s.mu
 	return s
 }
@@ -78,7 +79,7 @@ func (s *Session) Close() {
 	s.pin = nil
 	s.mu.Unlock()
 	if pin != nil {
-		s.g.unpin(pin, s.proto, false)
+		s.g.unpin(pin, s.tenant.User, s.proto, false)
 	}
 }
 
@@ -156,9 +157,12 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		if err != nil {
 			s.undo()
 			s.mu.Unlock()
-			if err == errMaxPinned {
+			switch err {
+			case errMaxPinned:
 				reply(i, errMaxPinRep)
-			} else {
+			case errMaxPinnedPerUser:
+				reply(i, errMaxUser)
+			default:
 				s.g.errs.Add(1)
 				reply(i, brokenFrame(err))
 			}
@@ -306,13 +310,13 @@ func (s *Session) target(pin bool, proto int, b *batch, addr string) (*conn, err
 		c = p
 	case s.g.cluster != nil:
 		var err error
-		if c, err = s.g.sharedConnAt(addr, s.id, proto); err != nil {
+		if c, err = s.g.sharedConnAt(addr, s.tenant, s.id, proto); err != nil {
 			return nil, err
 		}
 	default:
 		if c = s.shared[proto-2]; c == nil || c.broken() {
 			var err error
-			if c, err = s.g.sharedConnAt(addr, s.id, proto); err != nil {
+			if c, err = s.g.sharedConnAt(addr, s.tenant, s.id, proto); err != nil {
 				return nil, err
 			}
 			s.shared[proto-2] = c
@@ -353,7 +357,7 @@ func (s *Session) undo() {
 	if s.pin != nil && s.out == 0 && !s.needsPin() {
 		pin := s.pin
 		s.pin = nil
-		s.g.unpin(pin, s.proto, true)
+		s.g.unpin(pin, s.tenant.User, s.proto, true)
 	}
 }
 
@@ -400,7 +404,7 @@ func (w *waiter) done(f []byte, err error) {
 	}
 	s.mu.Unlock()
 	if release {
-		s.g.unpin(pin, s.proto, err == nil)
+		s.g.unpin(pin, s.tenant.User, s.proto, err == nil)
 	}
 	w.reply(w.i, f)
 	if err != nil && pin == w.c && w.c != nil {
@@ -444,7 +448,7 @@ func (s *Session) pinBroken(c *conn, answered bool) {
 	s.pin = nil
 	s.multi, s.watching, s.tracking, s.selected, s.subs = false, false, false, false, nil
 	s.mu.Unlock()
-	s.g.pinned.Add(-1)
+	s.g.givePin(s.tenant.User)
 	c.owner.Store(nil)
 	if !answered {
 		s.push(brokenFrame(c.err))

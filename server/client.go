@@ -34,6 +34,7 @@ type client struct {
 	tracking string           // CLIENT TRACKING: "" (off), "on", "optin" or "optout"
 	replies  *replies         // its replies, in order (replies.go)
 	fwd      Session          // passthrough session (forward.go), under mu; nil until used
+	fwdFor   Tenant           // whom fwd runs for
 	cmds     []redcon.Command // the pipeline being answered, reused
 	calls    [][]string       // its arguments, reused
 	ctx      context.Context

@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/tidwall/match"
@@ -11,11 +10,11 @@ import (
 // Forwarder is the gateway (package passthrough): it runs the commands
 // no table entry owns on a backend Redis, one session per client.
 type Forwarder interface {
-	// Open starts a client's session. push relays a frame the backend
-	// sent by itself (a Pub/Sub message) after the replies before it;
-	// flush writes the replies filled so far; kill closes the client once
-	// its replies are out.
-	Open(push func(frame []byte), flush, kill func()) Session
+	// Open starts a client's session for tenant t. push relays a frame
+	// the backend sent by itself (a Pub/Sub message) after the replies
+	// before it; flush writes the replies filled so far; kill closes the
+	// client once its replies are out.
+	Open(t Tenant, push func(frame []byte), flush, kill func()) Session
 	// Keys returns the keys a command names (for users' key patterns).
 	Keys(args []string) []string
 	// SortDenied returns, for a call that reads keys by pattern (SORT's
@@ -44,21 +43,57 @@ type Session interface {
 	Close()
 }
 
+// Tenant is whom a client's forwarded commands run for.
+type Tenant struct {
+	// User is the rlproxy user, whose pinned connections
+	// passthrough_max_pinned_per_user bounds; "" for an admin.
+	User string
+	// BackendUser and BackendPassword are the Redis ACL user (the user's
+	// backend_user) the commands run as; "" for the backend URL's.
+	BackendUser, BackendPassword string
+}
+
+// tenant returns whom u's forwarded commands run for.
+func (u *user) tenant() Tenant {
+	var t Tenant
+	if !u.admin {
+		t.User = u.name
+	}
+	if u.backend != nil {
+		t.BackendUser, t.BackendPassword = u.backend.Name, u.backend.Password
+	}
+	return t
+}
+
 // rawFrame is a reply already encoded (a forwarded command's), written
 // as it is.
 type rawFrame []byte
 
 // session returns the client's forwarding session, opening it at first
-// use (nil without passthrough).
+// use and anew when the client became another tenant (AUTH as another
+// user: its commands run as another backend user); nil without
+// passthrough.
 func (s *Server) session(c *client) Session {
 	if s.opts.Forward == nil {
 		return nil
 	}
+	t := everyone.tenant()
+	if u := c.user.Load(); u != nil {
+		t = u.tenant()
+	}
 	c.mu.Lock()
+	if c.fwd != nil && c.fwdFor != t {
+		old := c.fwd
+		c.fwd = nil
+		c.mu.Unlock()
+		old.Close()
+		c.mu.Lock()
+	}
 	defer c.mu.Unlock()
 	if c.fwd == nil {
 		q := c.replies
-		c.fwd = s.opts.Forward.Open(q.push, q.writeAsync, func() {
+		c.fwdFor = t
+		c.fwd = s.opts.Forward.Open(t, q.push, q.writeAsync, func() {
 			go func() { // not on the backend connection's reader
 				q.waitWritten()
 				c.conn.Close()
@@ -134,9 +169,12 @@ func (s *Server) forwardable(c *client, args []string) error {
 		return noPerm(u, cmd)
 	}
 	if u.keys != nil {
+		if isScript(args) && u.backend == nil {
+			return errScriptKeys
+		}
 		for _, k := range s.opts.Forward.Keys(args) {
 			if !matchAny(k, u.keys) {
-				return fmt.Errorf("NOPERM No permissions to access a key")
+				return errNoPermKey
 			}
 		}
 		if msg := s.opts.Forward.SortDenied(args); msg != "" {
@@ -187,6 +225,23 @@ func adminOnlyCall(args []string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// errScriptKeys refuses scripts to a user with key patterns and no
+// backend_user: what a script touches cannot be checked here.
+var errScriptKeys = errors.New("NOPERM this user may not run scripts (its keys: patterns cannot be checked inside a script)")
+
+// isScript reports whether a call runs or loads a script: EVAL*, FCALL*,
+// FUNCTION (LOAD, RESTORE, ...) and SCRIPT LOAD.
+func isScript(args []string) bool {
+	name := strings.ToUpper(args[0])
+	switch {
+	case strings.HasPrefix(name, "EVAL"), strings.HasPrefix(name, "FCALL"), name == "FUNCTION":
+		return true
+	case name == "SCRIPT":
+		return len(args) > 1 && strings.EqualFold(args[1], "LOAD")
+	}
+	return false
 }
 
 func matchAny(s string, patterns []string) bool {

@@ -32,7 +32,7 @@ func openGateway(cfg config.Config, pool *backend.Pool, poller *busypoll.Poller)
 	}
 	return passthrough.New(passthrough.Options{
 		URL: url, Cluster: cluster, TLS: tlsConf, KeyPrefix: cfg.KeyPrefix,
-		MaxPinned: cfg.PassthroughMaxPinned, Timeout: cfg.BackendTimeout, ReplyTimeout: cfg.PassthroughTimeout,
+		MaxPinned: cfg.PassthroughMaxPinned, MaxPinnedPerUser: cfg.MaxPinnedPerUser(), Timeout: cfg.BackendTimeout, ReplyTimeout: cfg.PassthroughTimeout,
 		Poller: poller,
 	})
 }
@@ -40,8 +40,8 @@ func openGateway(cfg config.Config, pool *backend.Pool, poller *busypoll.Poller)
 // forwarder is the gateway as the server sees it.
 type forwarder struct{ g *passthrough.Gateway }
 
-func (f forwarder) Open(push func([]byte), flush, kill func()) server.Session {
-	return f.g.Open(push, flush, kill)
+func (f forwarder) Open(t server.Tenant, push func([]byte), flush, kill func()) server.Session {
+	return f.g.Open(passthrough.Tenant(t), push, flush, kill)
 }
 func (f forwarder) Keys(args []string) []string { return passthrough.Keys(args) }
 func (f forwarder) Stop(reason error)           { f.g.Stop(reason) }
