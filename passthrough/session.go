@@ -99,11 +99,16 @@ func (b *batch) flush() {
 	b.c, b.cmds, b.ws = nil, b.cmds[:0], b.ws[:0]
 }
 
-// Forward runs calls in order on the backend; reply(i, frame) gives
-// call i's reply frame exactly once, perhaps later and on another
-// goroutine, followed (soon) by a call of the session's flush. The
-// frame is valid during the call only.
-func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame []byte)) {
+// Reply takes call i's reply frame, valid during the call only. A big
+// bulk reply comes in parts (more: parts follow), so that no more of it
+// is held than the client takes; Reply then reports false when the
+// client is gone and the rest is not wanted.
+type Reply = func(i int, frame []byte, more bool) bool
+
+// Forward runs calls in order on the backend; reply gives call i's reply
+// frame exactly once (or in parts), perhaps later and on another
+// goroutine, followed (soon) by a call of the session's flush.
+func (s *Session) Forward(proto int, calls [][]string, reply Reply) {
 	// At light load the client's goroutine reads a lone command's reply
 	// itself, so that it polls for it (package busypoll) and then for the
 	// client's next request: no other goroutine's wake-up in between.
@@ -120,16 +125,16 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		cmd := commandOf(args[0])
 		name := cmd.name
 		if cmd.refused {
-			reply(i, errorFrame("ERR '"+strings.ToLower(args[0])+"' is not supported by rlproxy"))
+			reply(i, errorFrame("ERR '"+strings.ToLower(args[0])+"' is not supported by rlproxy"), false)
 			continue
 		}
 		keys := appendKeys(keyBuf[:0], cmd, args)
 		if s.g.o.KeyPrefix != "" && s.ownKey(keys) {
-			reply(i, noPermFrame)
+			reply(i, noPermFrame, false)
 			continue
 		}
 		if p, ok := s.sortReachesOwn(name, args); ok {
-			reply(i, errorFrame("ERR "+p.Denied()))
+			reply(i, errorFrame("ERR "+p.Denied()), false)
 			continue
 		}
 		s.mu.Lock()
@@ -139,7 +144,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		}
 		if step.local != nil {
 			s.mu.Unlock()
-			reply(i, step.local)
+			reply(i, step.local, false)
 			continue
 		}
 		addr := s.g.dial.addr
@@ -147,7 +152,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			slot, refusal := route(cmd, args, keys)
 			if refusal != nil {
 				s.mu.Unlock()
-				reply(i, refusal)
+				reply(i, refusal, false)
 				continue
 			}
 			addr = s.g.cluster.node(slot)
@@ -159,12 +164,12 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			s.mu.Unlock()
 			switch err {
 			case errMaxPinned:
-				reply(i, errMaxPinRep)
+				reply(i, errMaxPinRep, false)
 			case errMaxPinnedPerUser:
-				reply(i, errMaxUser)
+				reply(i, errMaxUser, false)
 			default:
 				s.g.errs.Add(1)
-				reply(i, brokenFrame(err))
+				reply(i, brokenFrame(err), false)
 			}
 			continue
 		}
@@ -370,7 +375,7 @@ func (s *Session) needsPin() bool {
 // (reply) and, once nothing is awaited and no state is held, gives the
 // pinned connection back. In a cluster, a MOVED or ASK is followed: cmd
 // goes again to the node named.
-func (s *Session) newWaiter(w *waiter, i int, c *conn, st step, reply func(int, []byte), cmd []string, proto int) *waiter {
+func (s *Session) newWaiter(w *waiter, i int, c *conn, st step, reply Reply, cmd []string, proto int) *waiter {
 	*w = waiter{s: s, i: i, reply: reply, c: c, cmd: cmd, proto: proto,
 		pinned: st.pin, answer: st.answer, confirms: st.confirms, block: st.block}
 	return w
@@ -383,7 +388,7 @@ func (w *waiter) done(f []byte, err error) {
 	if w.reply == nil {
 		return // nobody waits for it (MULTI sent ahead, ASKING)
 	}
-	if err == nil && s.g.cluster != nil && len(f) > 0 && f[0] == '-' && !w.pinned && s.follow(w, f) {
+	if err == nil && s.g.cluster != nil && len(f) > 0 && f[0] == '-' && !w.pinned && !w.streamed && s.follow(w, f) {
 		return
 	}
 	if err != nil {
@@ -406,7 +411,7 @@ func (w *waiter) done(f []byte, err error) {
 	if release {
 		s.g.unpin(pin, s.tenant.User, s.proto, err == nil)
 	}
-	w.reply(w.i, f)
+	w.reply(w.i, f, false)
 	if err != nil && pin == w.c && w.c != nil {
 		s.kill() // its MULTI or subscription cannot go on silently
 	}

@@ -28,11 +28,14 @@ type Forwarder interface {
 
 // Session is one client's forwarding state.
 type Session interface {
-	// Forward runs calls in order; reply(i, frame) gives call i's reply
-	// as a RESP frame exactly once, perhaps later on another goroutine;
-	// the gateway calls flush after a run of them. The frame is valid
-	// during the call only (it may be a view of a read buffer).
-	Forward(proto int, calls [][]string, reply func(i int, frame []byte))
+	// Forward runs calls in order; reply(i, frame, more) gives call i's
+	// reply as a RESP frame exactly once, perhaps later on another
+	// goroutine; the gateway calls flush after a run of them. The frame
+	// is valid during the call only (it may be a view of a read buffer).
+	// A big reply comes in parts (more: parts follow); reply returns once
+	// the client holds less than passthrough_client_buffer, false when
+	// the client was closed and the rest is not wanted.
+	Forward(proto int, calls [][]string, reply func(i int, frame []byte, more bool) bool)
 	// InMulti reports whether the client's MULTI is open.
 	InMulti() bool
 	// Abort makes the open MULTI's EXEC answer EXECABORT.
@@ -274,10 +277,14 @@ func (s *Server) forward(c *client, calls [][]string) {
 		for range n {
 			s.opts.Poller.Begin()
 		}
-		fwd.Forward(c.proto, calls[:n], func(i int, frame []byte) {
+		fwd.Forward(c.proto, calls[:n], func(i int, frame []byte, more bool) bool {
+			if more {
+				return q.fillPart(first+uint64(i), frame)
+			}
 			q.fillFrame(first+uint64(i), frame)
 			s.opts.Poller.End()
 			s.drain.busy.Add(-1)
+			return true
 		})
 		calls = calls[n:]
 	}

@@ -53,8 +53,11 @@ func (f forwarder) SortDenied(args []string) string {
 }
 
 // passthroughStats are the INFO # Passthrough figures and their metrics.
-func passthroughStats(g *passthrough.Gateway) []stat {
+// srv is the server's (set once it is built, before INFO can be asked).
+func passthroughStats(g *passthrough.Gateway, srv **server.Server) []stat {
 	return []stat{
+		{"Passthrough", "client_buffer_closed", "passthrough_client_buffer_closed_total", "Clients closed because they held passthrough_client_buffer bytes of replies and stopped reading.", false,
+			func() int64 { return (*srv).Stats().ClientBufferClosed }},
 		{"Passthrough", "forwarded", "passthrough_forwarded_total", "Commands forwarded to the backend (passthrough).", false,
 			func() int64 { return g.Stats().Forwarded }},
 		{"Passthrough", "pinned_connections", "passthrough_pinned_connections", "Backend connections pinned to clients now (MULTI, blocking commands, Pub/Sub, SELECT, CLIENT TRACKING).", true,

@@ -79,13 +79,13 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	reloads := new(reloadCounts)
 	stats := append(statTable(limiters, leases, &srv, cfg.BusyPoll, poller), reloadStats(reloads)...)
 	if gw != nil {
-		stats = append(stats, passthroughStats(gw)...)
+		stats = append(stats, passthroughStats(gw, &srv)...)
 	}
 	o := frontDoor(cfg)
 	o.Version, o.Log, o.Poller = Version, log, poller
 	if gw != nil {
 		o.Forward = forwarder{gw}
-		o.ForwardBuffer = cfg.PassthroughClientBuffer
+		o.ForwardBuffer, o.ForwardStall = cfg.PassthroughClientBuffer, cfg.PassthroughTimeout
 	}
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)
 	co := commandOptions(cfg)
