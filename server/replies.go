@@ -198,9 +198,6 @@ func (q *replies) writeAsync() {
 	q.startWrite()
 }
 
-// tryWriteMax is the most bytes startWrite tries to write at once.
-const tryWriteMax = 256 << 10
-
 // kill drops the replies of a client past its limit and closes it (mu
 // held).
 func (q *replies) kill() {
@@ -215,10 +212,7 @@ func (q *replies) startWrite() {
 	if len(q.out) == 0 || (q.held && !q.streaming) || q.writing {
 		return // the reader or the writer writes it
 	}
-	// Only small replies are tried at once: the rest is moved to the
-	// front after a partial write, which for a big one (a streamed reply
-	// being added to) would copy it over and over.
-	if q.raw != nil && len(q.out) <= tryWriteMax {
+	if q.raw != nil {
 		n := tryWrite(q.raw, q.out)
 		if n > 0 {
 			q.written++
