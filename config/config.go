@@ -112,7 +112,9 @@ type Config struct {
 
 	// (Optional) Prefix of every key rlproxy writes on the backends. Must not
 	// contain '{' or '}', which would break the hash tags rlproxy adds.
-	// Defaults to "rl:".
+	// Defaults to "rlproxy:" ("rl:" is the default prefix of
+	// express-rate-limit's Redis store and others, whose keys a gateway
+	// user must reach).
 	KeyPrefix string `mapstructure:"key_prefix"`
 
 	// (Optional) Number of sub-limiters (shards) a limiter is split into when
@@ -253,6 +255,14 @@ type Config struct {
 	// Must be > 0. Defaults to 1000.
 	PassthroughMaxPinned int `mapstructure:"passthrough_max_pinned"`
 
+	// (Optional) Most of those pinned connections one user (of users,
+	// admins excepted) holds at once, so one tenant's blocked clients
+	// cannot take every MULTI and SUBSCRIBE from the others; one more is
+	// answered "ERR max number of pinned connections per user reached".
+	// Must be >= 0. Defaults to 0: a tenth of passthrough_max_pinned (at
+	// least 1).
+	PassthroughMaxPinnedPerUser int `mapstructure:"passthrough_max_pinned_per_user"`
+
 	// (Optional) Longest wait for a forwarded command's reply (blocking
 	// commands such as BLPOP excepted). Past it the backend connection is
 	// dropped and replaced, and every command waiting on it is answered
@@ -288,7 +298,7 @@ func Default() Config {
 		Timeout:         0,
 		MaxRequestBytes: 1 << 20,
 		MaxNameLength:   512,
-		KeyPrefix:       "rl:",
+		KeyPrefix:       "rlproxy:",
 		DefaultShards:   1,
 		ShardRate:       50000,
 		MaxAutoShards:   64,
@@ -309,12 +319,13 @@ func Default() Config {
 		LogFormat:       "text",
 		MetricsListen:   "",
 
-		ShutdownReadyDelay:      time.Second,
-		Passthrough:             false,
-		PassthroughBackend:      "",
-		PassthroughMaxPinned:    1000,
-		PassthroughTimeout:      5 * time.Second,
-		PassthroughClientBuffer: 32 << 20,
+		ShutdownReadyDelay:          time.Second,
+		Passthrough:                 false,
+		PassthroughBackend:          "",
+		PassthroughMaxPinned:        1000,
+		PassthroughMaxPinnedPerUser: 0,
+		PassthroughTimeout:          5 * time.Second,
+		PassthroughClientBuffer:     32 << 20,
 	}
 }
 
@@ -426,6 +437,9 @@ func (c Config) Validate() error {
 	}
 	if c.PassthroughMaxPinned <= 0 {
 		bad("passthrough_max_pinned must be > 0 (got %d)", c.PassthroughMaxPinned)
+	}
+	if c.PassthroughMaxPinnedPerUser < 0 {
+		bad("passthrough_max_pinned_per_user must be >= 0 (got %d)", c.PassthroughMaxPinnedPerUser)
 	}
 	if c.PassthroughTimeout <= 0 {
 		bad("passthrough_timeout must be > 0 (got %q)", c.PassthroughTimeout.String())
@@ -610,4 +624,13 @@ func (p Policy) Args() []string {
 		args = append(args, "SHADOW")
 	}
 	return args
+}
+
+// MaxPinnedPerUser is passthrough_max_pinned_per_user, its default (0)
+// made a tenth of passthrough_max_pinned.
+func (c Config) MaxPinnedPerUser() int {
+	if c.PassthroughMaxPinnedPerUser > 0 {
+		return c.PassthroughMaxPinnedPerUser
+	}
+	return max(1, c.PassthroughMaxPinned/10)
 }

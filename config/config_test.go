@@ -94,7 +94,7 @@ func TestExampleFileViaEnv(t *testing.T) {
 	clearEnv(t)
 	t.Setenv("RLPROXY_CONFIG", examplePath)
 	t.Setenv("RLPROXY_LISTEN", ":7000")
-	if got := mustLoad(t); got.Listen != ":7000" || got.KeyPrefix != "rl:" {
+	if got := mustLoad(t); got.Listen != ":7000" || got.KeyPrefix != "rlproxy:" {
 		t.Errorf("got %+v", got)
 	}
 }

@@ -36,6 +36,22 @@ type User struct {
 	// (Optional) Glob patterns the keys of this user's forwarded commands
 	// (passthrough) must match. Defaults to all.
 	Keys []string `mapstructure:"keys"`
+
+	// (Optional) The Redis ACL user this user's forwarded commands run as
+	// on the backend (passthrough). A user with keys: may run scripts
+	// (EVAL*, FCALL*, FUNCTION, SCRIPT LOAD) only with one: what a script
+	// touches is checked by Redis, so that ACL user must have the same key
+	// patterns (ACL SETUSER <name> on ><password> ~app:* +@all -@admin).
+	// Defaults to none: the backend URL's user.
+	BackendUser *BackendUser `mapstructure:"backend_user"`
+}
+
+// BackendUser is a Redis ACL user on the passthrough backend.
+type BackendUser struct {
+	// (Required) The ACL user's name.
+	Name string `mapstructure:"name"`
+	// (Optional) Its password. Defaults to "" (an ACL user with nopass).
+	Password string `mapstructure:"password"`
 }
 
 // Command categories of User.Commands.
@@ -132,6 +148,9 @@ func (c Config) checkFrontDoor() []error {
 				bad("%s: keys: an empty pattern matches no key", key)
 			}
 		}
+		if u.BackendUser != nil && u.BackendUser.Name == "" {
+			bad("%s: backend_user: name is required", key)
+		}
 	}
 	return errs
 }
@@ -173,7 +192,8 @@ func AuthChanged(old, new Config) []string {
 // DroppedAuth returns what new drops of old's authentication: a setting
 // old has and new lacks, which lets in a client old would refuse (or
 // locks out every admin) — require_pass, the users (all of them), a
-// user's limiters list (then it may touch every limiter), tls_listen,
+// user's limiters or keys list (then it may touch every limiter or key)
+// or backend_user (its scripts would run as the backend URL's user), tls_listen,
 // tls_client_ca_file (client certificates required). An empty or
 // half-written file drops these. A changed value (a new password, other
 // users, a new certificate or CA file) is not a drop, nor is removing
@@ -188,8 +208,21 @@ func DroppedAuth(old, new Config) []string {
 	}
 	for _, ou := range old.Users {
 		i := slices.IndexFunc(new.Users, func(nu User) bool { return nu.Name == ou.Name })
-		if i >= 0 && len(ou.Limiters) > 0 && !slices.Contains(ou.Limiters, "*") && len(new.Users[i].Limiters) == 0 {
-			out = append(out, fmt.Sprintf("users[%d] (%s).limiters", i, ou.Name))
+		if i < 0 {
+			continue
+		}
+		nu := new.Users[i]
+		for _, part := range []struct {
+			name       string
+			had, lacks bool
+		}{
+			{"limiters", restricts(ou.Limiters), len(nu.Limiters) == 0},
+			{"keys", restricts(ou.Keys), len(nu.Keys) == 0},
+			{"backend_user", ou.BackendUser != nil, nu.BackendUser == nil},
+		} {
+			if part.had && part.lacks {
+				out = append(out, fmt.Sprintf("users[%d] (%s).%s", i, ou.Name, part.name))
+			}
 		}
 	}
 	if old.TLSListen != "" && new.TLSListen == "" {
@@ -199,6 +232,12 @@ func DroppedAuth(old, new Config) []string {
 		out = append(out, "tls_client_ca_file")
 	}
 	return out
+}
+
+// restricts reports whether a user's patterns restrict it (none, or "*",
+// do not).
+func restricts(patterns []string) bool {
+	return len(patterns) > 0 && !slices.Contains(patterns, "*")
 }
 
 func isFileOnly(key string) bool { return slices.Contains(fileOnly, key) }

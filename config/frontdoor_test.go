@@ -94,7 +94,8 @@ func TestChanged(t *testing.T) {
 
 // What a reload may not drop by accident, and what is a change, not a drop.
 func TestDroppedAuth(t *testing.T) {
-	app := User{Name: "app", Password: "pw", Commands: []string{"acquire"}, Limiters: []string{"api:*"}}
+	app := User{Name: "app", Password: "pw", Commands: []string{"acquire", "redis"}, Limiters: []string{"api:*"},
+		Keys: []string{"app:*"}, BackendUser: &BackendUser{Name: "app", Password: "apw"}}
 	ops := User{Name: "ops", Password: "pw", Commands: []string{"admin"}}
 	running := Default()
 	running.RequirePass, running.Users = "root", []User{app, ops}
@@ -108,7 +109,8 @@ func TestDroppedAuth(t *testing.T) {
 		{"empty", func(c *Config) { *c = Default() }, []string{"require_pass", "users", "tls_listen", "tls_client_ca_file"}},
 		{"new passwords and files", func(c *Config) {
 			c.RequirePass = "other"
-			c.Users = []User{{Name: "app", PasswordSHA256: "ab", Commands: []string{"acquire"}, Limiters: []string{"web:*"}}}
+			c.Users = []User{{Name: "app", PasswordSHA256: "ab", Commands: []string{"acquire"}, Limiters: []string{"web:*"},
+				Keys: []string{"web:*"}, BackendUser: &BackendUser{Name: "web"}}}
 			c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = "c2", "k2", "ca2"
 		}, nil},
 		{"some users removed", func(c *Config) { c.Users = c.Users[1:] }, nil},
@@ -119,6 +121,12 @@ func TestDroppedAuth(t *testing.T) {
 			a.Limiters = nil
 			c.Users = []User{ops, a}
 		}, []string{"users[1] (app).limiters"}},
+		{"keys cut off", func(c *Config) { c.Users[0].Keys = nil }, []string{"users[0] (app).keys"}},
+		{"keys widened to all", func(c *Config) { c.Users[0].Keys = []string{"*"} }, nil}, // spelled out: meant
+		{"backend_user cut off", func(c *Config) { c.Users[0].BackendUser = nil }, []string{"users[0] (app).backend_user"}},
+		{"everything of a user cut off", func(c *Config) {
+			c.Users[0] = User{Name: "app", Password: "pw", Commands: []string{"acquire"}}
+		}, []string{"users[0] (app).limiters", "users[0] (app).keys", "users[0] (app).backend_user"}},
 		{"client certificates no longer required", func(c *Config) { c.TLSClientCAFile = "" }, []string{"tls_client_ca_file"}},
 	} {
 		c := running

@@ -303,6 +303,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.String(flagName("passthrough_backend"), d.PassthroughBackend, "redis:// `URL` passthrough forwards to (empty: the first --backend, or the embedded backend)")
 	fs.Int(flagName("passthrough_max_pinned"), d.PassthroughMaxPinned, "most backend connections pinned to clients at once (MULTI, blocking commands, Pub/Sub) (> 0)")
 	fs.Duration(flagName("passthrough_timeout"), d.PassthroughTimeout, "longest wait for a forwarded command's reply, blocking commands excepted (> 0)")
+	fs.Int(flagName("passthrough_max_pinned_per_user"), d.PassthroughMaxPinnedPerUser, "most pinned backend connections one user holds (0: a tenth of passthrough_max_pinned)")
 	fs.Int(flagName("passthrough_client_buffer"), d.PassthroughClientBuffer, "most `bytes` of forwarded replies queued for a client that does not read them (0: no bound)")
 	fs.BoolP("help", "h", false, "print this help and exit")
 	fs.Bool("version", false, "print the version and exit")

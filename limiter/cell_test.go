@@ -20,7 +20,7 @@ import (
 func (r *rig) throttle(t *testing.T, key string, maxBurst, count, period, quantity int64) [5]int64 {
 	t.Helper()
 	v, err := r.scripts.Cell.Run(t.Context(), r.rdb, []string{r.keys.Cell(key)},
-		limiter.Throttle{MaxBurst: maxBurst, Count: count, Period: float64(period), Quantity: quantity}.Args()...).Result()
+		r.keys.CellArgs(limiter.Throttle{MaxBurst: maxBurst, Count: count, Period: float64(period), Quantity: quantity})...).Result()
 	if err != nil {
 		t.Fatalf("CL.THROTTLE %s %d %d %d %d: %v", key, maxBurst, count, period, quantity, err)
 	}
@@ -145,9 +145,10 @@ func TestCellThrottleTiming(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GET: %v", err)
 		}
-		tat, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			t.Fatalf("stored TAT %q is not integer nanoseconds: %v", v, err)
+		digits, tagged := strings.CutPrefix(v, "gcra:")
+		tat, err := strconv.ParseInt(digits, 10, 64)
+		if !tagged || err != nil {
+			t.Fatalf("stored TAT %q is not gcra: and integer nanoseconds: %v", v, err)
 		}
 		if d, most := time.Duration(tat-before.UnixNano()), 2*time.Second+after.Sub(before); d < 2*time.Second || d > most {
 			t.Errorf("stored TAT = %v after the clock read before the call, want 2s to %v", d, most)
@@ -162,12 +163,39 @@ func TestCellThrottleTiming(t *testing.T) {
 	})
 
 	t.Run("a TAT in the past counts as none", func(t *testing.T) {
-		old := strconv.FormatInt(r.clock(t).Add(-time.Hour).UnixNano(), 10)
+		old := "gcra:" + strconv.FormatInt(r.clock(t).Add(-time.Hour).UnixNano(), 10)
 		if err := r.rdb.Set(t.Context(), r.keys.Cell("old"), old, time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if got := r.throttle(t, "old", 15, 30, 60, 1); got != [5]int64{0, 16, 15, -1, 2} {
 			t.Errorf("CL.THROTTLE over a stale TAT = %v, want a fresh key's reply", got)
+		}
+	})
+
+	// A key named by the client (passthrough: strict) may hold an
+	// application's string: refused, not read as none and overwritten.
+	// rlproxy's own key (not strict) may hold an earlier build's untagged
+	// state: counted as none.
+	t.Run("a string that is not a GCRA state", func(t *testing.T) {
+		th := limiter.Throttle{MaxBurst: 15, Count: 30, Period: 60, Quantity: 1}
+		for _, native := range []bool{true, false} {
+			keys := limiter.Keys{Prefix: "rl:", NativeCell: native}
+			for _, v := range []string{"session-data", strconv.FormatInt(time.Now().Add(time.Hour).UnixNano(), 10)} {
+				key := keys.Cell(fmt.Sprintf("app:%v:%s", native, v[:3]))
+				if err := r.rdb.Set(t.Context(), key, v, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				_, err := r.scripts.Cell.Run(t.Context(), r.rdb, []string{key}, keys.CellArgs(th)...).Result()
+				got := r.rdb.Get(t.Context(), key).Val()
+				switch {
+				case native && (err == nil || !strings.HasPrefix(err.Error(), "WRONGTYPE")):
+					t.Errorf("strict, over %q: err = %v, want WRONGTYPE", v, err)
+				case native && got != v:
+					t.Errorf("strict: %q became %q", v, got)
+				case !native && (err != nil || !strings.HasPrefix(got, "gcra:")):
+					t.Errorf("rlproxy's own key over %q: err = %v, state %q, want a fresh state", v, err, got)
+				}
+			}
 		}
 	})
 

@@ -110,6 +110,17 @@ func (k Keys) Cell(key string) string {
 	return k.Prefix + "cl{" + escaper.Replace(key) + "}"
 }
 
+// CellArgs builds cell.lua's ARGV for t on these keys: with NativeCell
+// the key may hold anything, so a string that is not a GCRA state is
+// refused (WRONGTYPE) rather than read as none and overwritten.
+func (k Keys) CellArgs(t Throttle) []any {
+	strict := "0"
+	if k.NativeCell {
+		strict = "1"
+	}
+	return append(t.Args(), strict)
+}
+
 // Policies names the hash of the policies (RL.POLICY) and the key of
 // their version, raised by every change. Both carry one hash tag, so one
 // script changes both; no limiter's key has it (theirs end in ":shard}").

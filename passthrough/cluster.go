@@ -164,7 +164,7 @@ func (s *Session) follow(w *waiter, f []byte) bool {
 		s.g.cluster.moved(slot, addr)
 		go s.g.loadSlots(context.Background()) //nolint:errcheck // the MOVED entry serves meanwhile
 	}
-	c, err := s.g.sharedConnAt(addr, w.proto)
+	c, err := s.g.sharedConnAt(addr, s.tenant, w.proto)
 	if err != nil {
 		return false
 	}

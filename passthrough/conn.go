@@ -26,11 +26,11 @@ import (
 // answered by one confirmation frame per channel: confirms counts them
 // down, and the frames are relayed together as its reply.
 type waiter struct {
-	s      *Session          // whose command it is: flushed after a run of replies
-	i      int               // its index in the Forward call that sent it
-	reply  func(int, []byte) // Forward's reply; nil: nobody waits for it
-	c      *conn             // where it was sent first
-	cmd    []string          // as sent (again, after a MOVED or ASK)
+	s      *Session // whose command it is: flushed after a run of replies
+	i      int      // its index in the Forward call that sent it
+	reply  Reply    // Forward's reply; nil: nobody waits for it
+	c      *conn    // where it was sent first
+	cmd    []string // as sent (again, after a MOVED or ASK)
 	proto  int
 	pinned bool   // sent on the client's pinned connection
 	answer []byte // the reply to give in place of the backend's
@@ -40,7 +40,8 @@ type waiter struct {
 	frames    []byte
 	early     []byte // pushes that came before its reply: relayed first, as Redis sent them
 	redirects int    // MOVED/ASK followed (cluster)
-	block     bool   // a blocking command: no reply timeout
+	block     bool   // a blocking command, or a reply being streamed: no reply timeout
+	streamed  bool   // its reply went in parts (stream.go); done gets the last
 }
 
 // conn is one backend connection. Commands are written in order (one
@@ -51,6 +52,7 @@ type waiter struct {
 type conn struct {
 	nc   net.Conn
 	addr string // the node's
+	pool string // whose connections it is one of (Tenant.pool)
 
 	mu      sync.Mutex
 	out     []byte
@@ -260,6 +262,13 @@ func (c *conn) readInline(n int) {
 // session to got; on a broken connection it fails it (every waiter is
 // answered) and reports false.
 func (c *conn) readOne(got *flushing) bool {
+	if streamed, err := c.stream(got); err != nil || streamed {
+		if err != nil {
+			got.flush()
+			c.fail(err)
+		}
+		return err == nil
+	}
 	f, err := nextFrame(c.r) // valid until the next read: deliver's callees copy what they keep
 	if err != nil {
 		got.flush()

@@ -41,8 +41,10 @@ type Options struct {
 	TLS *tls.Config
 	// KeyPrefix is rlproxy's key prefix: keys starting with it are refused.
 	KeyPrefix string
-	// MaxPinned bounds the connections pinned to clients.
-	MaxPinned int
+	// MaxPinned bounds the connections pinned to clients; MaxPinnedPerUser
+	// those of one tenant (Tenant.User; 0: no bound of its own).
+	MaxPinned        int
+	MaxPinnedPerUser int
 	// Timeout bounds dialing and a new connection's setup.
 	Timeout time.Duration
 	// ReplyTimeout bounds the wait for a forwarded command's reply
@@ -62,6 +64,26 @@ type Stats struct {
 	Errors    int64 // commands answered an error because a backend connection broke
 }
 
+// Tenant is whom a session's commands run for.
+type Tenant struct {
+	// User is the rlproxy user, whose pinned connections MaxPinnedPerUser
+	// bounds; "" for none (admins: MaxPinned only).
+	User string
+	// BackendUser and BackendPassword are the Redis ACL user the commands
+	// run as on the backend, so Redis checks what its scripts touch; ""
+	// for the backend URL's user. Its connections are its own.
+	BackendUser, BackendPassword string
+}
+
+// pool names the connections a tenant may use to the node at addr: those
+// of its backend user.
+func (t Tenant) pool(addr string) string {
+	if t.BackendUser == "" {
+		return addr
+	}
+	return addr + "\x00" + t.BackendUser
+}
+
 // Gateway forwards clients' commands to one backend.
 type Gateway struct {
 	o    Options
@@ -69,10 +91,11 @@ type Gateway struct {
 
 	cluster *slots // Redis Cluster's slot map; nil for one server
 
-	mu     sync.Mutex
-	shared map[string]*[2][]*conn // by node address, then protocol (RESP2, RESP3)
-	idle   map[string]*[2][]*conn // pinned connections free for reuse
-	closed bool
+	mu       sync.Mutex
+	shared   map[string]*[2][]*conn // by pool (Tenant.pool), then protocol (RESP2, RESP3)
+	idle     map[string]*[2][]*conn // pinned connections free for reuse
+	pinnedBy map[string]int         // pinned connections by Tenant.User
+	closed   bool
 
 	pinned    atomic.Int64
 	forwarded atomic.Int64
@@ -112,7 +135,7 @@ func New(o Options) (*Gateway, error) {
 	}
 	g := &Gateway{o: o, dial: dialOptions{addr: u.Addr, username: u.Username, password: u.Password,
 		db: u.DB, tls: tlsConf, timeout: o.Timeout, poller: o.Poller}}
-	g.shared, g.idle = map[string]*[2][]*conn{}, map[string]*[2][]*conn{}
+	g.shared, g.idle, g.pinnedBy = map[string]*[2][]*conn{}, map[string]*[2][]*conn{}, map[string]int{}
 	g.live, g.stop = map[*conn]bool{}, make(chan struct{})
 	if len(o.Cluster) > 0 {
 		g.cluster = &slots{}
@@ -234,27 +257,27 @@ func (g *Gateway) Close() {
 
 var errClosed = errors.New("passthrough is closed")
 
-// sharedConnAt returns the shared connection to the node at addr,
-// dialing it anew when it broke. There is one per node and protocol:
-// every client's commands then share one backend write and read, and
-// Redis reads many in one (measured against 4: 0.61× direct
+// sharedConnAt returns a tenant's shared connection to the node at addr,
+// dialing it anew when it broke. There is one per node, tenant and
+// protocol: every client's commands then share one backend write and
+// read, and Redis reads many in one (measured against 4: 0.61× direct
 // unpipelined instead of 0.56×).
-func (g *Gateway) sharedConnAt(addr string, proto int) (*conn, error) {
+func (g *Gateway) sharedConnAt(addr string, t Tenant, proto int) (*conn, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
 		return nil, errClosed
 	}
-	byProto := g.shared[addr]
+	byProto := g.shared[t.pool(addr)]
 	if byProto == nil {
 		byProto = &[2][]*conn{make([]*conn, 1), make([]*conn, 1)}
-		g.shared[addr] = byProto
+		g.shared[t.pool(addr)] = byProto
 	}
 	slot := &byProto[proto-2][0]
 	if c := *slot; c != nil && !c.broken() {
 		return c, nil
 	}
-	c, err := g.dialAt(addr, proto, true)
+	c, err := g.dialAt(addr, t, proto, true)
 	if err != nil {
 		return nil, err
 	}
@@ -262,16 +285,20 @@ func (g *Gateway) sharedConnAt(addr string, proto int) (*conn, error) {
 	return c, nil
 }
 
-// dialAt opens a connection to the node at addr; a lazy one (shared)
-// is read only while replies are awaited.
-func (g *Gateway) dialAt(addr string, proto int, lazy bool) (*conn, error) {
+// dialAt opens a connection to the node at addr for tenant t; a lazy
+// one (shared) is read only while replies are awaited.
+func (g *Gateway) dialAt(addr string, t Tenant, proto int, lazy bool) (*conn, error) {
 	o := g.dial
 	o.addr = addr
+	if t.BackendUser != "" {
+		o.username, o.password = t.BackendUser, t.BackendPassword
+	}
 	if g.cluster != nil {
 		o.db = 0 // a cluster has database 0 only
 	}
 	c, err := dial(context.Background(), o, proto, lazy)
 	if err == nil {
+		c.pool = t.pool(addr)
 		g.liveMu.Lock()
 		g.live[c] = true
 		g.liveMu.Unlock()
@@ -279,22 +306,55 @@ func (g *Gateway) dialAt(addr string, proto int, lazy bool) (*conn, error) {
 	return c, err
 }
 
-var errMaxPinned = errors.New("ERR max number of pinned connections reached")
+var (
+	errMaxPinned        = errors.New("ERR max number of pinned connections reached")
+	errMaxPinnedPerUser = errors.New("ERR max number of pinned connections per user reached")
+)
+
+// takePin counts a pinned connection for user (its own bound first), or
+// refuses it.
+func (g *Gateway) takePin(user string) error {
+	if user != "" && g.o.MaxPinnedPerUser > 0 {
+		g.mu.Lock()
+		if g.pinnedBy[user] >= g.o.MaxPinnedPerUser {
+			g.mu.Unlock()
+			return errMaxPinnedPerUser
+		}
+		g.pinnedBy[user]++
+		g.mu.Unlock()
+	}
+	if g.pinned.Add(1) > int64(g.o.MaxPinned) {
+		g.givePin(user)
+		return errMaxPinned
+	}
+	return nil
+}
+
+// givePin uncounts a pinned connection of user.
+func (g *Gateway) givePin(user string) {
+	g.pinned.Add(-1)
+	if user != "" && g.o.MaxPinnedPerUser > 0 {
+		g.mu.Lock()
+		if g.pinnedBy[user]--; g.pinnedBy[user] <= 0 {
+			delete(g.pinnedBy, user)
+		}
+		g.mu.Unlock()
+	}
+}
 
 // pin returns a connection to the node at addr for one client alone.
 func (g *Gateway) pin(s *Session, proto int, addr string) (*conn, error) {
-	if g.pinned.Add(1) > int64(g.o.MaxPinned) {
-		g.pinned.Add(-1)
-		return nil, errMaxPinned
+	if err := g.takePin(s.tenant.User); err != nil {
+		return nil, err
 	}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		g.pinned.Add(-1)
+		g.givePin(s.tenant.User)
 		return nil, errClosed
 	}
 	var c *conn
-	if idle := g.idle[addr]; idle != nil {
+	if idle := g.idle[s.tenant.pool(addr)]; idle != nil {
 		for n := len(idle[proto-2]); n > 0 && c == nil; n-- {
 			c = idle[proto-2][n-1]
 			idle[proto-2] = idle[proto-2][:n-1]
@@ -306,8 +366,8 @@ func (g *Gateway) pin(s *Session, proto int, addr string) (*conn, error) {
 	g.mu.Unlock()
 	if c == nil {
 		var err error
-		if c, err = g.dialAt(addr, proto, false); err != nil {
-			g.pinned.Add(-1)
+		if c, err = g.dialAt(addr, s.tenant, proto, false); err != nil {
+			g.givePin(s.tenant.User)
 			return nil, err
 		}
 	}
@@ -315,18 +375,18 @@ func (g *Gateway) pin(s *Session, proto int, addr string) (*conn, error) {
 	return c, nil
 }
 
-// unpin takes a pinned connection back: kept for reuse when its state is
-// clean (clean), else closed.
-func (g *Gateway) unpin(c *conn, proto int, clean bool) {
-	g.pinned.Add(-1)
+// unpin takes a pinned connection of user back: kept for reuse when its
+// state is clean (clean), else closed.
+func (g *Gateway) unpin(c *conn, user string, proto int, clean bool) {
+	g.givePin(user)
 	c.owner.Store(nil)
 	c.subscribed.Store(false)
 	if clean && c.idle() {
 		g.mu.Lock()
-		idle := g.idle[c.addr]
+		idle := g.idle[c.pool]
 		if idle == nil {
 			idle = &[2][]*conn{}
-			g.idle[c.addr] = idle
+			g.idle[c.pool] = idle
 		}
 		if !g.closed && len(idle[proto-2]) < maxIdle {
 			idle[proto-2] = append(idle[proto-2], c)
@@ -453,6 +513,7 @@ var (
 	noPermFrame  = errorFrame("NOPERM No permissions to access a key")
 	execAbort    = errorFrame("EXECABORT Transaction discarded because of previous errors.")
 	errMaxPinRep = errorFrame(errMaxPinned.Error())
+	errMaxUser   = errorFrame(errMaxPinnedPerUser.Error())
 )
 
 func brokenFrame(err error) []byte {

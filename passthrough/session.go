@@ -10,11 +10,12 @@ import (
 // commands go to (shared, or pinned to it while it holds connection
 // state) and that state.
 type Session struct {
-	g     *Gateway
-	id    uint64
-	push  func(frame []byte) // relays a frame no command asked for
-	flush func()             // writes the replies filled so far
-	kill  func()             // closes the client once its replies are out
+	g      *Gateway
+	id     uint64
+	tenant Tenant
+	push   func(frame []byte) // relays a frame no command asked for
+	flush  func()             // writes the replies filled so far
+	kill   func()             // closes the client once its replies are out
 
 	mu      sync.Mutex
 	drained sync.Cond // out fell to 0
@@ -41,8 +42,8 @@ type Session struct {
 // flush is called (after each run of replies read from a backend
 // connection); kill closes the client's connection once its replies are
 // written (its pinned backend connection broke).
-func (g *Gateway) Open(push func(frame []byte), flush, kill func()) *Session {
-	s := &Session{g: g, id: g.sessions.Add(1), push: push, flush: flush, kill: kill}
+func (g *Gateway) Open(t Tenant, push func(frame []byte), flush, kill func()) *Session {
+	s := &Session{g: g, id: g.sessions.Add(1), tenant: t, push: push, flush: flush, kill: kill}
 	s.drained.L = &s.mu
 	return s
 }
@@ -79,7 +80,7 @@ func (s *Session) Close() {
 	s.pin = nil
 	s.mu.Unlock()
 	if pin != nil {
-		s.g.unpin(pin, s.proto, false)
+		s.g.unpin(pin, s.tenant.User, s.proto, false)
 	}
 }
 
@@ -99,11 +100,16 @@ func (b *batch) flush() {
 	b.c, b.cmds, b.ws = nil, b.cmds[:0], b.ws[:0]
 }
 
-// Forward runs calls in order on the backend; reply(i, frame) gives
-// call i's reply frame exactly once, perhaps later and on another
-// goroutine, followed (soon) by a call of the session's flush. The
-// frame is valid during the call only.
-func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame []byte)) {
+// Reply takes call i's reply frame, valid during the call only. A big
+// bulk reply comes in parts (more: parts follow), so that no more of it
+// is held than the client takes; Reply then reports false when the
+// client is gone and the rest is not wanted.
+type Reply = func(i int, frame []byte, more bool) bool
+
+// Forward runs calls in order on the backend; reply gives call i's reply
+// frame exactly once (or in parts), perhaps later and on another
+// goroutine, followed (soon) by a call of the session's flush.
+func (s *Session) Forward(proto int, calls [][]string, reply Reply) {
 	// At light load the client's goroutine reads a lone command's reply
 	// itself, so that it polls for it (package busypoll) and then for the
 	// client's next request: no other goroutine's wake-up in between.
@@ -120,16 +126,16 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		cmd := commandOf(args[0])
 		name := cmd.name
 		if cmd.refused {
-			reply(i, errorFrame("ERR '"+strings.ToLower(args[0])+"' is not supported by rlproxy"))
+			reply(i, errorFrame("ERR '"+strings.ToLower(args[0])+"' is not supported by rlproxy"), false)
 			continue
 		}
 		keys := appendKeys(keyBuf[:0], cmd, args)
 		if s.g.o.KeyPrefix != "" && s.ownKey(keys) {
-			reply(i, noPermFrame)
+			reply(i, noPermFrame, false)
 			continue
 		}
 		if p, ok := s.sortReachesOwn(name, args); ok {
-			reply(i, errorFrame("ERR "+p.Denied()))
+			reply(i, errorFrame("ERR "+p.Denied()), false)
 			continue
 		}
 		s.mu.Lock()
@@ -139,7 +145,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		}
 		if step.local != nil {
 			s.mu.Unlock()
-			reply(i, step.local)
+			reply(i, step.local, false)
 			continue
 		}
 		addr := s.g.dial.addr
@@ -147,7 +153,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 			slot, refusal := route(cmd, args, keys)
 			if refusal != nil {
 				s.mu.Unlock()
-				reply(i, refusal)
+				reply(i, refusal, false)
 				continue
 			}
 			addr = s.g.cluster.node(slot)
@@ -157,11 +163,14 @@ func (s *Session) Forward(proto int, calls [][]string, reply func(i int, frame [
 		if err != nil {
 			s.undo()
 			s.mu.Unlock()
-			if err == errMaxPinned {
-				reply(i, errMaxPinRep)
-			} else {
+			switch err {
+			case errMaxPinned:
+				reply(i, errMaxPinRep, false)
+			case errMaxPinnedPerUser:
+				reply(i, errMaxUser, false)
+			default:
 				s.g.errs.Add(1)
-				reply(i, brokenFrame(err))
+				reply(i, brokenFrame(err), false)
 			}
 			continue
 		}
@@ -317,13 +326,13 @@ func (s *Session) target(pin bool, proto int, b *batch, addr string) (*conn, err
 		c = p
 	case s.g.cluster != nil:
 		var err error
-		if c, err = s.g.sharedConnAt(addr, proto); err != nil {
+		if c, err = s.g.sharedConnAt(addr, s.tenant, proto); err != nil {
 			return nil, err
 		}
 	default:
 		if c = s.shared[proto-2]; c == nil || c.broken() {
 			var err error
-			if c, err = s.g.sharedConnAt(addr, proto); err != nil {
+			if c, err = s.g.sharedConnAt(addr, s.tenant, proto); err != nil {
 				return nil, err
 			}
 			s.shared[proto-2] = c
@@ -364,7 +373,7 @@ func (s *Session) undo() {
 	if s.pin != nil && s.out == 0 && !s.needsPin() {
 		pin := s.pin
 		s.pin = nil
-		s.g.unpin(pin, s.proto, true)
+		s.g.unpin(pin, s.tenant.User, s.proto, true)
 	}
 }
 
@@ -377,7 +386,7 @@ func (s *Session) needsPin() bool {
 // (reply) and, once nothing is awaited and no state is held, gives the
 // pinned connection back. In a cluster, a MOVED or ASK is followed: cmd
 // goes again to the node named.
-func (s *Session) newWaiter(w *waiter, i int, c *conn, st step, reply func(int, []byte), cmd []string, proto int) *waiter {
+func (s *Session) newWaiter(w *waiter, i int, c *conn, st step, reply Reply, cmd []string, proto int) *waiter {
 	*w = waiter{s: s, i: i, reply: reply, c: c, cmd: cmd, proto: proto,
 		pinned: st.pin, answer: st.answer, confirms: st.confirms, unsubAll: st.all, block: st.block}
 	return w
@@ -390,7 +399,7 @@ func (w *waiter) done(f []byte, err error) {
 	if w.reply == nil {
 		return // nobody waits for it (MULTI sent ahead, ASKING)
 	}
-	if err == nil && s.g.cluster != nil && len(f) > 0 && f[0] == '-' && !w.pinned && s.follow(w, f) {
+	if err == nil && s.g.cluster != nil && len(f) > 0 && f[0] == '-' && !w.pinned && !w.streamed && s.follow(w, f) {
 		return
 	}
 	if err != nil {
@@ -414,9 +423,9 @@ func (w *waiter) done(f []byte, err error) {
 	}
 	s.mu.Unlock()
 	if release {
-		s.g.unpin(pin, s.proto, err == nil)
+		s.g.unpin(pin, s.tenant.User, s.proto, err == nil)
 	}
-	w.reply(w.i, f)
+	w.reply(w.i, f, false)
 	if err != nil && pin == w.c && w.c != nil {
 		s.kill() // its MULTI or subscription cannot go on silently
 	}
@@ -466,7 +475,7 @@ func (s *Session) pinBroken(c *conn, answered bool) {
 	s.pin = nil
 	s.multi, s.watching, s.tracking, s.selected, s.subs = false, false, false, false, nil
 	s.mu.Unlock()
-	s.g.pinned.Add(-1)
+	s.g.givePin(s.tenant.User)
 	c.owner.Store(nil)
 	if !answered {
 		s.push(brokenFrame(c.err))

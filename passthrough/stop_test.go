@@ -19,10 +19,10 @@ func TestStop(t *testing.T) {
 	}
 	t.Cleanup(g.Close)
 	replies := make(chan string, 4)
-	s := g.Open(func([]byte) {}, func() {}, func() {})
+	s := g.Open(Tenant{}, func([]byte) {}, func() {}, func() {})
 	defer s.Close()
 	forward := func(args ...string) {
-		s.Forward(2, [][]string{args}, func(_ int, f []byte) { replies <- string(f) })
+		s.Forward(2, [][]string{args}, func(_ int, f []byte, _ bool) bool { replies <- string(f); return true })
 	}
 	forward("BLPOP", "stop:list", "0")
 	deadline := time.Now().Add(5 * time.Second)
@@ -45,9 +45,9 @@ func TestStop(t *testing.T) {
 	if n := g.Stats().Pinned; n != 0 {
 		t.Fatalf("%d connections still pinned", n)
 	}
-	s2 := g.Open(func([]byte) {}, func() {}, func() {})
+	s2 := g.Open(Tenant{}, func([]byte) {}, func() {}, func() {})
 	defer s2.Close()
-	s2.Forward(2, [][]string{{"BLPOP", "stop:list", "0"}, {"SET", "stop:k", "v"}}, func(_ int, f []byte) { replies <- string(f) })
+	s2.Forward(2, [][]string{{"BLPOP", "stop:list", "0"}, {"SET", "stop:k", "v"}}, func(_ int, f []byte, _ bool) bool { replies <- string(f); return true })
 	for _, want := range []string{want, "+OK\r\n"} {
 		if got := <-replies; got != want {
 			t.Fatalf("after Stop: %q, want %q", got, want)

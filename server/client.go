@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net"
@@ -34,6 +35,7 @@ type client struct {
 	tracking string           // CLIENT TRACKING: "" (off), "on", "optin" or "optout"
 	replies  *replies         // its replies, in order (replies.go)
 	fwd      Session          // passthrough session (forward.go), under mu; nil until used
+	fwdFor   Tenant           // whom fwd runs for
 	cmds     []redcon.Command // the pipeline being answered, reused
 	calls    [][]string       // its arguments, reused
 	ctx      context.Context
@@ -105,8 +107,9 @@ func (s *Server) accept(conn redcon.Conn) bool {
 	if sc, ok := w.(syscall.Conn); ok { // not under TLS
 		c.replies.raw, _ = sc.SyscallConn()
 	}
-	c.replies.limit = s.opts.ForwardBuffer
+	c.replies.limit, c.replies.stall = s.opts.ForwardBuffer, cmp.Or(s.opts.ForwardStall, 5*time.Second)
 	c.replies.over = func() {
+		s.stats.bufferClosed.Add(1)
 		s.opts.Log.Warn("client closed: passthrough_client_buffer exceeded (it does not read its replies)", "id", c.id, "addr", c.addr, "limit", s.opts.ForwardBuffer)
 		c.conn.Close()
 	}

@@ -1,9 +1,7 @@
 package server
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/tidwall/match"
@@ -12,11 +10,11 @@ import (
 // Forwarder is the gateway (package passthrough): it runs the commands
 // no table entry owns on a backend Redis, one session per client.
 type Forwarder interface {
-	// Open starts a client's session. push relays a frame the backend
-	// sent by itself (a Pub/Sub message) after the replies before it;
-	// flush writes the replies filled so far; kill closes the client once
-	// its replies are out.
-	Open(push func(frame []byte), flush, kill func()) Session
+	// Open starts a client's session for tenant t. push relays a frame
+	// the backend sent by itself (a Pub/Sub message) after the replies
+	// before it; flush writes the replies filled so far; kill closes the
+	// client once its replies are out.
+	Open(t Tenant, push func(frame []byte), flush, kill func()) Session
 	// Keys returns the keys a command names (for users' key patterns).
 	Keys(args []string) []string
 	// SortDenied returns, for a call that reads keys by pattern (SORT's
@@ -30,11 +28,14 @@ type Forwarder interface {
 
 // Session is one client's forwarding state.
 type Session interface {
-	// Forward runs calls in order; reply(i, frame) gives call i's reply
-	// as a RESP frame exactly once, perhaps later on another goroutine;
-	// the gateway calls flush after a run of them. The frame is valid
-	// during the call only (it may be a view of a read buffer).
-	Forward(proto int, calls [][]string, reply func(i int, frame []byte))
+	// Forward runs calls in order; reply(i, frame, more) gives call i's
+	// reply as a RESP frame exactly once, perhaps later on another
+	// goroutine; the gateway calls flush after a run of them. The frame
+	// is valid during the call only (it may be a view of a read buffer).
+	// A big reply comes in parts (more: parts follow); reply returns once
+	// the client holds less than passthrough_client_buffer, false when
+	// the client was closed and the rest is not wanted.
+	Forward(proto int, calls [][]string, reply func(i int, frame []byte, more bool) bool)
 	// InMulti reports whether the client's MULTI is open.
 	InMulti() bool
 	// Abort makes the open MULTI's EXEC answer EXECABORT.
@@ -45,21 +46,57 @@ type Session interface {
 	Close()
 }
 
+// Tenant is whom a client's forwarded commands run for.
+type Tenant struct {
+	// User is the rlproxy user, whose pinned connections
+	// passthrough_max_pinned_per_user bounds; "" for an admin.
+	User string
+	// BackendUser and BackendPassword are the Redis ACL user (the user's
+	// backend_user) the commands run as; "" for the backend URL's.
+	BackendUser, BackendPassword string
+}
+
+// tenant returns whom u's forwarded commands run for.
+func (u *user) tenant() Tenant {
+	var t Tenant
+	if !u.admin {
+		t.User = u.name
+	}
+	if u.backend != nil {
+		t.BackendUser, t.BackendPassword = u.backend.Name, u.backend.Password
+	}
+	return t
+}
+
 // rawFrame is a reply already encoded (a forwarded command's), written
 // as it is.
 type rawFrame []byte
 
 // session returns the client's forwarding session, opening it at first
-// use (nil without passthrough).
+// use and anew when the client became another tenant (AUTH as another
+// user: its commands run as another backend user); nil without
+// passthrough.
 func (s *Server) session(c *client) Session {
 	if s.opts.Forward == nil {
 		return nil
 	}
+	t := everyone.tenant()
+	if u := c.user.Load(); u != nil {
+		t = u.tenant()
+	}
 	c.mu.Lock()
+	if c.fwd != nil && c.fwdFor != t {
+		old := c.fwd
+		c.fwd = nil
+		c.mu.Unlock()
+		old.Close()
+		c.mu.Lock()
+	}
 	defer c.mu.Unlock()
 	if c.fwd == nil {
 		q := c.replies
-		c.fwd = s.opts.Forward.Open(q.push, q.writeAsync, func() {
+		c.fwdFor = t
+		c.fwd = s.opts.Forward.Open(t, q.push, q.writeAsync, func() {
 			go func() { // not on the backend connection's reader
 				q.waitWritten()
 				c.conn.Close()
@@ -136,9 +173,12 @@ func (s *Server) forwardable(c *client, args []string) error {
 		return noPerm(u, cmd)
 	}
 	if u.keys != nil {
+		if isScript(args) && u.backend == nil {
+			return errScriptKeys
+		}
 		for _, k := range s.opts.Forward.Keys(args) {
 			if !matchAny(k, u.keys) {
-				return fmt.Errorf("NOPERM No permissions to access a key")
+				return errNoPermKey
 			}
 		}
 		if msg := s.opts.Forward.SortDenied(args); msg != "" {
@@ -192,6 +232,23 @@ func adminOnlyCall(args []string) (string, bool) {
 	return "", false
 }
 
+// errScriptKeys refuses scripts to a user with key patterns and no
+// backend_user: what a script touches cannot be checked here.
+var errScriptKeys = errors.New("NOPERM this user may not run scripts (its keys: patterns cannot be checked inside a script)")
+
+// isScript reports whether a call runs or loads a script: EVAL*, FCALL*,
+// FUNCTION (LOAD, RESTORE, ...) and SCRIPT LOAD.
+func isScript(args []string) bool {
+	name := strings.ToUpper(args[0])
+	switch {
+	case strings.HasPrefix(name, "EVAL"), strings.HasPrefix(name, "FCALL"), name == "FUNCTION":
+		return true
+	case name == "SCRIPT":
+		return len(args) > 1 && strings.EqualFold(args[1], "LOAD")
+	}
+	return false
+}
+
 func matchAny(s string, patterns []string) bool {
 	for _, p := range patterns {
 		if match.Match(s, p) {
@@ -222,10 +279,14 @@ func (s *Server) forward(c *client, calls [][]string) {
 		for range n {
 			s.opts.Poller.Begin()
 		}
-		fwd.Forward(c.proto, calls[:n], func(i int, frame []byte) {
+		fwd.Forward(c.proto, calls[:n], func(i int, frame []byte, more bool) bool {
+			if more {
+				return q.fillPart(first+uint64(i), frame)
+			}
 			q.fillFrame(first+uint64(i), frame)
 			s.opts.Poller.End()
 			s.drain.busy.Add(-1)
+			return true
 		})
 		calls = calls[n:]
 	}
@@ -236,8 +297,13 @@ func (s *Server) forward(c *client, calls [][]string) {
 // earlier commands have been answered (handle runs them in order).
 func (s *Server) ask(c *client, args []string) []byte {
 	got := make(chan []byte, 1)
-	s.session(c).Forward(c.proto, [][]string{args}, func(_ int, frame []byte) {
-		got <- bytes.Clone(frame)
+	var parts []byte // a reply streamed in parts (a big one) is gathered
+	s.session(c).Forward(c.proto, [][]string{args}, func(_ int, frame []byte, more bool) bool {
+		parts = append(parts, frame...)
+		if !more {
+			got <- parts
+		}
+		return true
 	})
 	return <-got
 }

@@ -51,10 +51,12 @@ type guardedConn struct {
 	args int64 // arguments left in the current command
 	body int64 // bytes left of the current argument, with its CRLF
 	size int64 // bytes of the current command so far (RESP commands)
-	// The current command's first word, when it is one of 5 bytes (a
-	// RESET ends the authentication the next command is judged by).
+	// The current command's first word (its length, and its first bytes:
+	// a RESET ends the authentication the next command is judged by; a
+	// command rlproxy owns is bounded by max_request_bytes).
 	count, word1 int64
-	word         [5]byte
+	word         [24]byte
+	bounded      bool  // max_request_bytes holds for the current command
 	cr           bool  // the current argument's CRLF began with CR
 	neg          bool  // the command's count is negative ("*-10": a no-op, as in Redis)
 	hs           int   // where the current command's header began in the buffer scanned
@@ -73,7 +75,11 @@ type guardedConn struct {
 // frameLimits are the limits a Read applies, fixed for its bytes.
 type frameLimits struct {
 	preAuth    bool  // not authenticated and authentication is required
-	maxRequest int64 // bytes of one RESP command
+	maxRequest int64 // bytes of one RESP command rlproxy owns
+	// forwarding: commands rlproxy does not own go to the gateway, as
+	// large as Redis takes them (512 MB an argument); max_request_bytes
+	// bounds the others, once the command's name is read.
+	forwarding bool
 }
 
 type frameState int
@@ -176,6 +182,7 @@ func (c *guardedConn) linger() {
 func (c *guardedConn) limits() frameLimits {
 	l := frameLimits{maxRequest: c.srv.limits().MaxRequestBytes}
 	l.preAuth = c.client != nil && !c.client.authed && c.srv.access.Load().required
+	l.forwarding = c.srv.opts.Forward != nil && !l.preAuth
 	return l
 }
 
@@ -307,8 +314,10 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 				i, c.st = c.hs-1, stStart
 				continue
 			}
-			// Each argument takes at least "$0\r\n\r\n".
-			if c.size+6*c.n > lim.maxRequest {
+			// Each argument takes at least "$0\r\n\r\n". (Forwarding,
+			// judged once the name says whether the command is bounded.)
+			c.bounded = !lim.forwarding
+			if c.bounded && c.size+6*c.n > lim.maxRequest {
 				return c.fail(i, c.tooBig(lim)), len(b)
 			}
 			c.st, c.args, c.count = stBulk, c.n, c.n
@@ -321,7 +330,12 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 			if ch != '\n' {
 				return c.fail(i, "invalid bulk length"), len(b)
 			}
-			if c.size+c.n+2+6*(c.args-1) > lim.maxRequest {
+			// A name is bounded whatever the command.
+			need := c.size + c.n + 2
+			if c.bounded {
+				need += 6 * (c.args - 1)
+			}
+			if (c.bounded || c.args == c.count) && need > lim.maxRequest {
 				return c.fail(i, c.tooBig(lim)), len(b)
 			}
 			c.st, c.body = stBody, c.n+2
@@ -341,9 +355,9 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 				c.body--
 			} else {
 				skip := min(c.body-2, int64(len(b)-i))
-				if c.args == c.count && c.word1 == int64(len(c.word)) {
-					at := len(c.word) + 2 - int(c.body) // where b[i] is in the word
-					for k := 0; k < int(skip) && at+k < len(c.word); k++ {
+				if c.args == c.count && c.word1 <= int64(len(c.word)) {
+					at := int(c.word1) + 2 - int(c.body) // where b[i] is in the word
+					for k := 0; k < int(skip) && at+k < int(c.word1); k++ {
 						c.word[at+k] = b[i+k]
 					}
 				}
@@ -352,6 +366,12 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 				i += int(skip) - 1
 			}
 			if c.body == 0 {
+				if c.args == c.count && lim.forwarding {
+					c.bounded = c.owned()
+					if c.bounded && c.size+6*(c.args-1) > lim.maxRequest {
+						return c.fail(i, c.tooBig(lim)), len(b)
+					}
+				}
 				if c.args--; c.args == 0 {
 					c.st = stStart
 					if c.size >= bigRequest {
@@ -377,7 +397,13 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 
 // isReset reports whether the command just read is a RESET.
 func (c *guardedConn) isReset() bool {
-	return c.count == 1 && c.word1 == int64(len(c.word)) && strings.EqualFold(string(c.word[:]), "RESET")
+	return c.count == 1 && c.word1 == 5 && strings.EqualFold(string(c.word[:5]), "RESET")
+}
+
+// owned reports whether the current command (its first word read) is
+// one rlproxy answers itself rather than forwards.
+func (c *guardedConn) owned() bool {
+	return c.word1 <= int64(len(c.word)) && c.srv.table.Lookup(string(c.word[:c.word1])) != nil
 }
 
 func (c *guardedConn) tooBig(lim frameLimits) string {

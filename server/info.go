@@ -184,6 +184,7 @@ type Stats struct {
 	AuthFailures         int64 // AUTH and HELLO ... AUTH
 	TLSHandshakeFailures int64
 	Panics               int64 // recovered
+	ClientBufferClosed   int64 // clients closed: passthrough_client_buffer
 }
 
 // Stats returns the server's figures now.
@@ -197,5 +198,6 @@ func (s *Server) Stats() Stats {
 		AuthFailures:         s.authFails.count.Load(),
 		TLSHandshakeFailures: s.tlsFails.count.Load(),
 		Panics:               s.stats.panics.Load(),
+		ClientBufferClosed:   s.stats.bufferClosed.Load(),
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // replies is a client's reply queue, the one way its replies go out: one
@@ -27,19 +28,25 @@ type replies struct {
 	raw   syscall.RawConn
 	limit int
 	over  func()
+	stall time.Duration // how long a streamed reply waits on a client that takes none of it
 
-	mu      sync.Mutex
-	changed sync.Cond // a slot was filled, or the queue written
-	out     []byte    // ready replies at the head, not yet written
-	spare   []byte
-	slots   []slot // after out, in order; slots[0] is not filled
-	slotMem []slot // the array slots starts in when it is empty
-	first   uint64 // the sequence number of slots[0]
-	open    int    // reserved slots not yet filled
-	openFwd int    // of which forwarded commands' (passthrough)
-	held    bool   // the reader is taking a pipeline
-	writing bool   // a goroutine is writing out
-	dead    bool   // over limit: replies are dropped, the client closed
+	mu       sync.Mutex
+	changed  sync.Cond // a slot was filled, or the queue written
+	out      []byte    // ready replies at the head, not yet written
+	spare    []byte
+	slots    []slot // after out, in order; slots[0] is not filled
+	slotMem  []slot // the array slots starts in when it is empty
+	first    uint64 // the sequence number of slots[0]
+	open     int    // reserved slots not yet filled
+	openFwd  int    // of which forwarded commands' (passthrough)
+	held     bool   // the reader is taking a pipeline
+	writing  bool   // a goroutine is writing out
+	inFlight int    // bytes of the write under way
+	// A big reply is being streamed (fillPart): written as it comes, even
+	// while the reader holds the queue (it may be the one streaming).
+	streaming bool
+	written   uint64 // writes done, ever: a client that reads makes them
+	dead      bool   // over limit: replies are dropped, the client closed
 }
 
 type slot struct {
@@ -154,8 +161,8 @@ func (q *replies) put(seq uint64, v any, frame []byte) {
 		q.out = append(q.out, frame...)
 	case i == 0:
 		q.out = appendReply(q.out, v, s.proto)
-	case frame != nil:
-		s.b, s.filled = append([]byte(nil), frame...), true
+	case frame != nil: // after the parts that came before, if any
+		s.b, s.filled = append(s.b, frame...), true
 	default:
 		s.b, s.filled = appendReply(nil, v, s.proto), true
 	}
@@ -174,8 +181,8 @@ func (q *replies) put(seq uint64, v any, frame []byte) {
 // writeAsync writes the ready head like write, but never blocks the
 // caller (a backend connection's reader, shared by many clients): what
 // the client's socket does not take at once is written by a goroutine of
-// its own. A client whose replies queued behind that write grow past
-// limit (it sends and does not read) is closed and its replies dropped,
+// its own. A client whose replies queued behind that write, with it,
+// grow past limit (it sends and does not read) is closed and its replies dropped,
 // like Redis's client-output-buffer-limit.
 func (q *replies) writeAsync() {
 	q.mu.Lock()
@@ -184,16 +191,32 @@ func (q *replies) writeAsync() {
 	case q.dead:
 		q.out = q.out[:0]
 		return
-	case q.writing && q.limit > 0 && len(q.out) > q.limit:
-		q.dead, q.out = true, nil
-		q.changed.Broadcast()
-		go q.over()
+	case q.writing && q.limit > 0 && len(q.out)+q.inFlight > q.limit:
+		q.kill()
 		return
-	case len(q.out) == 0 || q.held || q.writing:
+	}
+	q.startWrite()
+}
+
+// kill drops the replies of a client past its limit and closes it (mu
+// held).
+func (q *replies) kill() {
+	q.dead, q.out = true, nil
+	q.changed.Broadcast()
+	go q.over()
+}
+
+// startWrite writes what the socket takes at once and leaves the rest
+// to a goroutine of its own (mu held).
+func (q *replies) startWrite() {
+	if len(q.out) == 0 || (q.held && !q.streaming) || q.writing {
 		return // the reader or the writer writes it
 	}
 	if q.raw != nil {
 		n := tryWrite(q.raw, q.out)
+		if n > 0 {
+			q.written++
+		}
 		q.out = q.out[:copy(q.out, q.out[n:])]
 		if len(q.out) == 0 {
 			q.changed.Broadcast()
@@ -209,20 +232,76 @@ func (q *replies) writeAsync() {
 	}()
 }
 
+// fillPart adds a part of a big forwarded reply to its slot (the parts
+// come in order; fillFrame adds the last) and writes what is ready. It
+// returns once the client holds less than limit bytes — its queue and
+// the write under way, the part counted — or false when the client is
+// closed: it had held that much for stall with no write done, so it
+// stopped reading (or it was closed before). One big reply then costs
+// the client's limit, not its size.
+func (q *replies) fillPart(seq uint64, part []byte) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i := int(seq - q.first)
+	if q.dead || i < 0 || i >= len(q.slots) {
+		return false
+	}
+	q.streaming = true
+	defer func() { q.streaming = false }()
+	if i == 0 {
+		q.out = append(q.out, part...)
+	} else {
+		q.slots[i].b = append(q.slots[i].b, part...)
+	}
+	q.startWrite()
+	if q.limit <= 0 {
+		return true
+	}
+	held := func() int {
+		n := len(q.out) + q.inFlight
+		if i := int(seq - q.first); i > 0 && i < len(q.slots) {
+			n += len(q.slots[i].b)
+		}
+		return n
+	}
+	// Room for one more part like this one: so the queue never grows past
+	// limit while the reply lasts.
+	seen, since := q.written, time.Now()
+	for !q.dead && held() > 0 && held()+len(part) > q.limit {
+		if q.written != seen {
+			seen, since = q.written, time.Now()
+		} else if time.Since(since) >= q.stall {
+			q.kill()
+			break
+		}
+		q.startWrite()
+		wake := time.AfterFunc(max(q.stall/8, time.Millisecond), func() {
+			q.mu.Lock()
+			q.changed.Broadcast()
+			q.mu.Unlock()
+		})
+		q.changed.Wait()
+		wake.Stop()
+	}
+	return !q.dead
+}
+
 // flush writes out (called with mu held, which it lets go while writing).
 func (q *replies) flush() {
 	if q.dead {
 		q.out = q.out[:0]
 	}
-	for len(q.out) > 0 && !q.held && !q.writing {
+	for len(q.out) > 0 && (!q.held || q.streaming) && !q.writing {
 		q.writing = true
 		b := q.out
 		q.out = q.spare[:0]
+		q.inFlight = len(b)
 		q.mu.Unlock()
 		// A write error means the client is gone: its reader sees it too.
 		_, _ = q.w.Write(b)
 		q.mu.Lock()
-		q.writing = false
+		q.writing, q.inFlight = false, 0
+		q.written++
 		if cap(b) > bigReply {
 			b = nil // not kept for the rest of the connection's life
 			q.onBig()

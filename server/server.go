@@ -57,6 +57,11 @@ type Options struct {
 	// (passthrough_client_buffer): past it the client is closed. 0: no
 	// bound.
 	ForwardBuffer int
+	// ForwardStall is how long a client may take none of a big forwarded
+	// reply streamed to it while it holds ForwardBuffer bytes before it
+	// is closed (passthrough_timeout): the backend connection it shares
+	// waits for it meanwhile.
+	ForwardStall time.Duration
 	// Poller, when set, is told of every request in progress and lets
 	// client connections poll for the next request before sleeping (see
 	// package busypoll).
@@ -114,6 +119,7 @@ type stats struct {
 	panics       atomic.Int64 // recovered
 	rejected     atomic.Int64 // connections refused: max_clients
 	acceptErrors atomic.Int64 // accepts failed for want of file descriptors
+	bufferClosed atomic.Int64 // clients closed: passthrough_client_buffer
 }
 
 // New builds a server answering the connection commands and the given

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -33,9 +34,10 @@ type user struct {
 	hash     [sha256.Size]byte // of the password
 	admin    bool
 	acquire  bool
-	redis    bool     // may run forwarded commands (passthrough)
-	limiters []string // glob patterns; nil: every limiter
-	keys     []string // glob patterns of forwarded commands' keys; nil: every key
+	redis    bool                // may run forwarded commands (passthrough)
+	limiters []string            // glob patterns; nil: every limiter
+	keys     []string            // glob patterns of forwarded commands' keys; nil: every key
+	backend  *config.BackendUser // the Redis ACL user its forwarded commands run as; nil: the URL's
 }
 
 // access is who may connect: the users by name. Authentication is
@@ -92,6 +94,10 @@ func newAccess(requirePass string, users []config.User) (*access, error) {
 				break
 			}
 			u.keys = append(u.keys, p)
+		}
+		if cu.BackendUser != nil {
+			b := *cu.BackendUser
+			u.backend = &b
 		}
 		a.users[u.name] = u
 	}
@@ -175,8 +181,19 @@ func (s *Server) permit(c *client, cmd, sub *commands.Command, args []string) er
 			return fmt.Errorf("NOPERM No permissions to access the %s limiter", oneline.Quote(k))
 		}
 	}
+	// With passthrough a GCRA key is a Redis key, named as the client
+	// names it: the user's key patterns hold for it too.
+	if hasKey && gcraCommands[cmd.Name] && s.opts.Forward != nil && u.keys != nil && !matchAny(key, u.keys) {
+		return errNoPermKey
+	}
 	return nil
 }
+
+// gcraCommands keep their state in the key as named when passthrough is
+// on (like redis-cell and Redis 8.8's GCRA).
+var gcraCommands = map[string]bool{"GCRA": true, "CL.THROTTLE": true, "RL.THROTTLE": true}
+
+var errNoPermKey = errors.New("NOPERM No permissions to access a key")
 
 func noPerm(u *user, command string) error {
 	return fmt.Errorf("NOPERM User %s has no permissions to run the '%s' command", u.name, command)

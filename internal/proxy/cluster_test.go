@@ -28,7 +28,7 @@ func TestShardCluster(t *testing.T) {
 	h.Do(t, "RL.SETRATE", "ck", rate, "1s", "SHARDS", shards).Equal(int64(1))
 	masters := map[string][]int{}
 	for shard := range shards {
-		key := fmt.Sprintf("rl:{ck:%d}:c", shard)
+		key := fmt.Sprintf("rlproxy:{ck:%d}:c", shard)
 		if n, err := cc.Exists(ctx, key).Result(); err != nil || n != 1 {
 			t.Fatalf("EXISTS %s = %d, %v; want 1", key, n, err)
 		}
@@ -59,12 +59,12 @@ func TestShardCluster(t *testing.T) {
 	// The state keys carry the same tag as their config, so they sit in
 	// the same slot.
 	for shard := range shards {
-		keys, err := shardClusterKeys(ctx, cc, fmt.Sprintf("rl:{ck:%d}:*", shard))
+		keys, err := shardClusterKeys(ctx, cc, fmt.Sprintf("rlproxy:{ck:%d}:*", shard))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range keys {
-			if !strings.HasPrefix(k, fmt.Sprintf("rl:{ck:%d}:", shard)) {
+			if !strings.HasPrefix(k, fmt.Sprintf("rlproxy:{ck:%d}:", shard)) {
 				t.Errorf("key %s found by the pattern of shard %d", k, shard)
 			}
 		}
@@ -75,7 +75,7 @@ func TestShardCluster(t *testing.T) {
 	h.Do(t, "RL.AVAILABLE", "ck").Equal(int64(rate))
 	h.Do(t, "RL.SETRATE", "ck", rate, "1s", "SHARDS", 3).Equal(int64(1))
 	for shard := range shards {
-		n, err := cc.Exists(ctx, fmt.Sprintf("rl:{ck:%d}:c", shard)).Result()
+		n, err := cc.Exists(ctx, fmt.Sprintf("rlproxy:{ck:%d}:c", shard)).Result()
 		if want := int64(0); shard < 3 {
 			want = 1
 			if n != want || err != nil {
@@ -86,7 +86,7 @@ func TestShardCluster(t *testing.T) {
 		}
 	}
 	h.Do(t, "RL.DEL", "ck").Equal(int64(1))
-	keys, err := shardClusterKeys(ctx, cc, "rl:{ck:*")
+	keys, err := shardClusterKeys(ctx, cc, "rlproxy:{ck:*")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -656,7 +656,7 @@ func TestBackendURLWithPasswordAndDB(t *testing.T) {
 	ctx := context.Background()
 	for db, wantKeys := range map[int]bool{0: false, 2: true} {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "pw", DB: db})
-		keys, err := c.Keys(ctx, "rl:*").Result()
+		keys, err := c.Keys(ctx, "rlproxy:*").Result()
 		_ = c.Close()
 		if err != nil {
 			t.Fatalf("KEYS in db %d: %v", db, err)

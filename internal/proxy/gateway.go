@@ -32,7 +32,7 @@ func openGateway(cfg config.Config, pool *backend.Pool, poller *busypoll.Poller)
 	}
 	return passthrough.New(passthrough.Options{
 		URL: url, Cluster: cluster, TLS: tlsConf, KeyPrefix: cfg.KeyPrefix,
-		MaxPinned: cfg.PassthroughMaxPinned, Timeout: cfg.BackendTimeout, ReplyTimeout: cfg.PassthroughTimeout,
+		MaxPinned: cfg.PassthroughMaxPinned, MaxPinnedPerUser: cfg.MaxPinnedPerUser(), Timeout: cfg.BackendTimeout, ReplyTimeout: cfg.PassthroughTimeout,
 		Poller: poller,
 	})
 }
@@ -40,8 +40,8 @@ func openGateway(cfg config.Config, pool *backend.Pool, poller *busypoll.Poller)
 // forwarder is the gateway as the server sees it.
 type forwarder struct{ g *passthrough.Gateway }
 
-func (f forwarder) Open(push func([]byte), flush, kill func()) server.Session {
-	return f.g.Open(push, flush, kill)
+func (f forwarder) Open(t server.Tenant, push func([]byte), flush, kill func()) server.Session {
+	return f.g.Open(passthrough.Tenant(t), push, flush, kill)
 }
 func (f forwarder) Keys(args []string) []string { return passthrough.Keys(args) }
 func (f forwarder) Stop(reason error)           { f.g.Stop(reason) }
@@ -53,8 +53,11 @@ func (f forwarder) SortDenied(args []string) string {
 }
 
 // passthroughStats are the INFO # Passthrough figures and their metrics.
-func passthroughStats(g *passthrough.Gateway) []stat {
+// srv is the server's (set once it is built, before INFO can be asked).
+func passthroughStats(g *passthrough.Gateway, srv **server.Server) []stat {
 	return []stat{
+		{"Passthrough", "client_buffer_closed", "passthrough_client_buffer_closed_total", "Clients closed because they held passthrough_client_buffer bytes of replies and stopped reading.", false,
+			func() int64 { return (*srv).Stats().ClientBufferClosed }},
 		{"Passthrough", "forwarded", "passthrough_forwarded_total", "Commands forwarded to the backend (passthrough).", false,
 			func() int64 { return g.Stats().Forwarded }},
 		{"Passthrough", "pinned_connections", "passthrough_pinned_connections", "Backend connections pinned to clients now (MULTI, blocking commands, Pub/Sub, SELECT, CLIENT TRACKING).", true,

@@ -99,7 +99,7 @@ return sum`)
 
 // held samples the permits held on shard of limiter name, from the backend.
 func held(t testing.TB, rdb *redis.Client, name string, shard int) int64 {
-	tag := fmt.Sprintf("rl:{%s:%d}", name, shard)
+	tag := fmt.Sprintf("rlproxy:{%s:%d}", name, shard)
 	n, err := heldScript.Run(context.Background(), rdb, []string{tag + ":c"}, tag).Int64()
 	if err != nil {
 		t.Errorf("sample held permits: %v", err)
@@ -122,7 +122,7 @@ func waitQueued(t testing.TB, rdb redis.Scripter, name string, shards int, n int
 	if err := eventually(5*time.Second, func() error {
 		got = 0
 		for shard := range shards {
-			tag := fmt.Sprintf("rl:{%s:%d}", name, shard)
+			tag := fmt.Sprintf("rlproxy:{%s:%d}", name, shard)
 			c, err := queuedScript.Run(context.Background(), rdb, []string{tag + ":c"}, tag).Int64()
 			if err != nil {
 				return err

@@ -228,18 +228,18 @@ func TestPassthroughSafety(t *testing.T) {
 		t.Fatalf("GET before AUTH = %q", got)
 	}
 	h.Do(t, "RL.SETRATE", "k", 5, "1s").Equal(int64(1))
-	h.Do(t, "GET", "rl:anything").Err("NOPERM No permissions to access a key")
-	h.Do(t, "MSET", "a", "1", "rl:x", "2").Err("NOPERM No permissions to access a key")
-	h.Do(t, "EVAL", "return 1", 1, "rl:x").Err("NOPERM No permissions to access a key")
-	h.Do(t, "EVAL", "return 1", 0, "rl:x").Equal(int64(1)) // an argument, not a key
-	h.Do(t, "XREAD", "STREAMS", "s", "rl:s", "0", "0").Err("NOPERM No permissions to access a key")
+	h.Do(t, "GET", "rlproxy:anything").Err("NOPERM No permissions to access a key")
+	h.Do(t, "MSET", "a", "1", "rlproxy:x", "2").Err("NOPERM No permissions to access a key")
+	h.Do(t, "EVAL", "return 1", 1, "rlproxy:x").Err("NOPERM No permissions to access a key")
+	h.Do(t, "EVAL", "return 1", 0, "rlproxy:x").Equal(int64(1)) // an argument, not a key
+	h.Do(t, "XREAD", "STREAMS", "s", "rlproxy:s", "0", "0").Err("NOPERM No permissions to access a key")
 	// SORT reads keys named by a pattern and the elements: refused, as
 	// Redis refuses it to a user without every key, when they may be
 	// rlproxy's; allowed otherwise.
 	h.Do(t, "RPUSH", "ids", "2", "1").Equal(int64(2))
 	h.Do(t, "MSET", "w_1", "1", "w_2", "2", "o_1", "one", "o_2", "two").Equal("OK")
 	h.Do(t, "SORT", "ids", "BY", "w_*", "GET", "#", "GET", "o_*").Equal([]any{"1", "one", "2", "two"})
-	h.Do(t, "SORT", "ids", "BY", "nosort", "GET", "rl:{k:0}*").Err("ERR GET option of SORT denied due to insufficient ACL permissions.")
+	h.Do(t, "SORT", "ids", "BY", "nosort", "GET", "rlproxy:{k:0}*").Err("ERR GET option of SORT denied due to insufficient ACL permissions.")
 	h.Do(t, "SORT_RO", "ids", "BY", "*->f").Err("ERR BY option of SORT denied due to insufficient ACL permissions.")
 	h.Do(t, "MONITOR").Err("ERR 'monitor' is not supported by rlproxy")
 	h.Do(t, "shutdown", "NOSAVE").Err("ERR 'shutdown' is not supported by rlproxy")
@@ -526,7 +526,7 @@ func TestPassthroughClients(t *testing.T) {
 			}
 			runGatewaySessions(t, h, false)
 			t.Run("redis-cli", func(t *testing.T) {
-				stdin := "SET cli:a 1\nGET cli:a\nRL.SETRATE cli 1 1h\nRL.ACQUIRE cli\nHSET cli:h f v\nHGETALL cli:h\nGET rl:x\nMONITOR\nECHO done\n"
+				stdin := "SET cli:a 1\nGET cli:a\nRL.SETRATE cli 1 1h\nRL.ACQUIRE cli\nHSET cli:h f v\nHGETALL cli:h\nGET rlproxy:x\nMONITOR\nECHO done\n"
 				out := h.run(t, "redis-cli", stdin, "--no-raw")
 				want := "OK\n\"1\"\n(integer) 1\n1) (integer) 1\n2) (integer) 0\n3) (integer) 0\n4) (integer) 3600000\n(integer) 1\n1) \"f\"\n2) \"v\"\n" +
 					"(error) NOPERM No permissions to access a key\n(error) ERR 'monitor' is not supported by rlproxy\n\"done\"\n"

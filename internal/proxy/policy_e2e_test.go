@@ -790,7 +790,7 @@ func TestPolicyCluster(t *testing.T) {
 	// of its old master's names. RL.RESET makes room for one more acquire
 	// per name.
 	name := "user:29"
-	slot := redistest.KeySlot("rl:{" + name + ":0}:c")
+	slot := redistest.KeySlot("rlproxy:{" + name + ":0}:c")
 	src := reshardOwner(t, ctx, nodes[0], cluster.Addrs(), slot)
 	for i := range 30 {
 		h.Do(t, "RL.RESET", fmt.Sprintf("user:%d", i)).OK()

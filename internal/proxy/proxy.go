@@ -86,7 +86,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	reloads := new(reloadCounts)
 	stats := append(statTable(limiters, leases, &srv, cfg.BusyPoll, poller), reloadStats(reloads)...)
 	if gw != nil {
-		stats = append(stats, passthroughStats(gw)...)
+		stats = append(stats, passthroughStats(gw, &srv)...)
 	}
 	rs := newRLS(cfg, rules, limiters)
 	more := []prometheus.Collector{policyCollector{limiters}}
@@ -98,7 +98,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	o.Version, o.Log, o.Poller = Version, log, poller
 	if gw != nil {
 		o.Forward = forwarder{gw}
-		o.ForwardBuffer = cfg.PassthroughClientBuffer
+		o.ForwardBuffer, o.ForwardStall = cfg.PassthroughClientBuffer, cfg.PassthroughTimeout
 	}
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)
 	co := commandOptions(cfg)

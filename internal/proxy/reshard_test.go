@@ -60,7 +60,7 @@ func TestReshardMovesSubLimiterUnderLoad(t *testing.T) {
 
 	const rate, shards, shard = 400, 4, 1
 	h.Do(t, "RL.SETRATE", "k", rate, "1s", "SHARDS", shards).Equal(int64(1))
-	cfgKey := fmt.Sprintf("rl:{k:%d}:c", shard)
+	cfgKey := fmt.Sprintf("rlproxy:{k:%d}:c", shard)
 	cc := cluster.Client(t)
 	slot64, err := cc.ClusterKeySlot(ctx, cfgKey).Result()
 	if err != nil {
@@ -76,7 +76,7 @@ func TestReshardMovesSubLimiterUnderLoad(t *testing.T) {
 	}
 	// An idle limiter whose keys share the slot.
 	idle := reshardNameInSlot(slot)
-	if got, err := cc.ClusterKeySlot(ctx, "rl:{"+idle+":0}:c").Result(); err != nil || got != slot64 {
+	if got, err := cc.ClusterKeySlot(ctx, "rlproxy:{"+idle+":0}:c").Result(); err != nil || got != slot64 {
 		t.Fatalf("limiter %s is in slot %d (%v), want %d", idle, got, err, slot)
 	}
 	h.Do(t, "RL.SETRATE", idle, 1000, "1s").Equal(int64(1))
@@ -388,7 +388,7 @@ func reshardOthers(n int, not ...int) []int {
 func reshardNameInSlot(slot int) string {
 	for i := 0; ; i++ {
 		name := fmt.Sprintf("idle%d", i)
-		if redistest.KeySlot("rl:{"+name+":0}:c") == slot {
+		if redistest.KeySlot("rlproxy:{"+name+":0}:c") == slot {
 			return name
 		}
 	}

@@ -53,7 +53,7 @@ func shardAddrs(nodes []*redistest.Server) []string {
 }
 
 // shardConfigHolders returns, for each shard 0..shards-1 of limiter name,
-// the indexes of the nodes that hold its config key rl:{name:shard}:c.
+// the indexes of the nodes that hold its config key rlproxy:{name:shard}:c.
 func shardConfigHolders(t testing.TB, nodes []*redistest.Server, name string, shards int) [][]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
@@ -62,7 +62,7 @@ func shardConfigHolders(t testing.TB, nodes []*redistest.Server, name string, sh
 	for i, n := range nodes {
 		c := n.Client(t)
 		for shard := range shards {
-			ok, err := c.Exists(ctx, fmt.Sprintf("rl:{%s:%d}:c", name, shard)).Result()
+			ok, err := c.Exists(ctx, fmt.Sprintf("rlproxy:{%s:%d}:c", name, shard)).Result()
 			if err != nil {
 				t.Fatalf("EXISTS on %s: %v", n.Addr(), err)
 			}
@@ -81,7 +81,7 @@ func shardKeys(t testing.TB, nodes []*redistest.Server, name string) []string {
 	defer cancel()
 	var all []string
 	for _, n := range nodes {
-		keys, err := n.Client(t).Keys(ctx, "rl:{"+name+":*").Result()
+		keys, err := n.Client(t).Keys(ctx, "rlproxy:{"+name+":*").Result()
 		if err != nil {
 			t.Fatalf("KEYS on %s: %v", n.Addr(), err)
 		}

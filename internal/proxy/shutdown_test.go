@@ -33,7 +33,7 @@ func TestShutdownAnswersEveryWaiter(t *testing.T) {
 	waitAsked(t, a.conn, 15, base+3+3+1+1+1)
 	found := false
 	for _, rdb := range f.backends {
-		if rdb.Exists(context.Background(), "rl:{db:0}:c").Val() == 1 {
+		if rdb.Exists(context.Background(), "rlproxy:{db:0}:c").Val() == 1 {
 			waitQueued(t, rdb, "db", 1, 3)
 			found = true
 		}

@@ -4,11 +4,16 @@
 -- written for the module get the same answers. A standalone script: it
 -- has no config hash and is not built from prelude.lua and epilogue.lua.
 --
--- KEYS[1]  state: the theoretical arrival time (TAT) as integer nanoseconds
---          since the epoch, as redis-cell stores it; TTL = reset_after.
+-- KEYS[1]  state: "gcra:" and the theoretical arrival time (TAT) as integer
+--          nanoseconds since the epoch (redis-cell stores the number bare;
+--          the tag tells a GCRA state from an application's string);
+--          TTL = reset_after.
 -- ARGV     max_burst, emission interval (whole nanoseconds: the period
 --          divided by count, as limiter.Throttle computes it), quantity
---          (0 = peek)
+--          (0 = peek), strict ("1": the key is named by the client, so a
+--          string that is not a GCRA state answers WRONGTYPE; "0": it is
+--          rlproxy's own, and an untagged state of an earlier build counts
+--          as none)
 -- Reply    {limited (0|1), limit (max_burst + 1), remaining,
 --           retry_after_s (-1 when allowed), reset_after_s}
 --
@@ -20,6 +25,7 @@
 local max_burst = tonumber(ARGV[1])
 local emission = tonumber(ARGV[2])
 local quantity = tonumber(ARGV[3] or '1')
+local strict = ARGV[4] == '1'
 
 if not emission or emission <= 0 then
   return redis.error_reply('ERR Cell error: Zero rates are not supported')
@@ -43,9 +49,11 @@ local now_s, now_ns = tonumber(clock[1]), tonumber(clock[2]) * 1000
 local tat = 0
 local stored = redis.call('GET', KEYS[1])
 if stored then
-  local s, ns = string.match(stored, '^(%d+)(%d%d%d%d%d%d%d%d%d)$')
+  local s, ns = string.match(stored, '^gcra:(%d+)(%d%d%d%d%d%d%d%d%d)$')
   if s then
     tat = math.max(0, (tonumber(s) - now_s) * 1e9 + (tonumber(ns) - now_ns))
+  elseif strict then
+    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
   end
 end
 
@@ -68,7 +76,7 @@ else
     elseif frac >= 1e9 then
       carry, frac = carry + 1, frac - 1e9
     end
-    local value = string.format('%d%09d', now_s + carry, frac)
+    local value = string.format('gcra:%d%09d', now_s + carry, frac)
     -- Rounded up to whole milliseconds, so the TAT is never lost early.
     redis.call('SET', KEYS[1], value, 'PX', math.ceil(ttl / 1e6))
   else

@@ -84,7 +84,7 @@ run() {
 		acquire_random $((POLICY_NAMES * 3)) "$POLICY_NAMES"
 		printf 'memory: %-44s %s acquires of %s names: %s\n' "$name" $((POLICY_NAMES * 3)) "$POLICY_NAMES" "$(tr '\r' '\n' <"$work/bench.out" | grep -a 'requests per second' | tail -1 || true)"
 		local names
-		names=$(redis-cli -p "$rport" --scan --pattern 'rl:{policies}:s:*' | grep -v ':long$' |
+		names=$(redis-cli -p "$rport" --scan --pattern 'rlproxy:{policies}:s:*' | grep -v ':long$' |
 			while read -r h; do redis-cli -p "$rport" hlen "$h"; done | awk '{ s += $1 } END { print s + 0 }')
 		printf 'memory: %-44s %s names with state in Redis now (fields of the policy'"'"'s generation hashes)\n' "$name" "$names"
 	else
