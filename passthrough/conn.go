@@ -250,22 +250,20 @@ func (c *conn) writeQueued() bool {
 // On a lazy connection it ends when no reply is awaited.
 func (c *conn) read() {
 	var got flushing
-	for {
+	for c.readOne(&got) {
 		if c.r.Buffered() == 0 {
 			got.flush()
 			if !c.writeQueued() || (c.lazy && c.stopReading()) {
 				return
 			}
 		}
-		if !c.readOne(&got) {
-			return
-		}
 	}
 }
 
 // readInline reads the replies of the n commands just sent to a lazy
-// connection nobody was reading (so they are the first), then hands the
-// reading to a goroutine if other clients' replies are awaited.
+// connection nobody was reading (so they are the first), writes the
+// commands queued meanwhile, then hands the reading to a goroutine if
+// other clients' replies are awaited.
 func (c *conn) readInline(n int) {
 	var got flushing
 	defer got.flush()
@@ -273,6 +271,10 @@ func (c *conn) readInline(n int) {
 		if !c.readOne(&got) {
 			return
 		}
+	}
+	got.flush()
+	if !c.writeQueued() {
+		return
 	}
 	if c.r.Buffered() > 0 || !c.stopReading() {
 		go c.read()
