@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,7 +169,12 @@ func userOrDefault(u string) string {
 }
 
 // send writes commands; each reply comes through its waiter. On a broken
-// connection every waiter is answered the error at once. inline (the
+// connection every waiter is answered the error at once. On a shared
+// connection with commands in flight, send only queues them: the reader
+// writes them once the replies it reads run out (writeQueued), with every
+// command queued meanwhile, so under load many clients' commands go to
+// Redis in one write per round trip, written by a goroutine that is
+// awake anyway. inline (the
 // caller is the client's own goroutine, at light load) lets the caller
 // read the replies itself when nobody reads the connection: one
 // goroutine then polls for the reply and, right after, for the client's
@@ -185,36 +189,22 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 		}
 		return
 	}
+	queue := c.lazy && c.reading && len(c.waiters) > 0
 	for _, cmd := range cmds {
 		c.out = resp.AppendCommand(c.out, cmd...)
 	}
 	c.waiters = append(c.waiters, ws...)
+	if queue {
+		c.mu.Unlock()
+		return
+	}
 	// Nobody reads a lazy connection with no reply awaited: the waiters
 	// just added are the first, and whoever added them starts reading
 	// (once they are written).
 	start := c.lazy && !c.reading
 	c.reading = c.reading || start
-	for len(c.out) > 0 && !c.writing && c.err == nil {
-		c.writing = true
-		// Let the clients' goroutines that are ready to run add their
-		// commands first: they go in this write, not in writes of their
-		// own (a loopback write costs the sender Redis's TCP work too).
-		// It costs nothing when no other goroutine is ready (light load).
-		c.mu.Unlock()
-		runtime.Gosched()
-		c.mu.Lock()
-		b := c.out
-		c.out = c.spare[:0]
-		c.mu.Unlock()
-		_, err := c.nc.Write(b)
-		c.mu.Lock()
-		c.writing = false
-		c.spare = b[:0]
-		if err != nil {
-			c.mu.Unlock()
-			c.fail(err)
-			return
-		}
+	if !c.writeOut() {
+		return
 	}
 	c.mu.Unlock()
 	switch {
@@ -225,17 +215,50 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 	}
 }
 
+// writeOut writes the queued commands, unless another goroutine is
+// writing them (mu held; let go while writing). It reports false, with
+// mu let go, when the write failed and the connection is done.
+func (c *conn) writeOut() bool {
+	for len(c.out) > 0 && !c.writing && c.err == nil {
+		c.writing = true
+		b := c.out
+		c.out = c.spare[:0]
+		c.mu.Unlock()
+		_, err := c.nc.Write(b)
+		c.mu.Lock()
+		c.writing = false
+		c.spare = b[:0]
+		if err != nil {
+			c.mu.Unlock()
+			c.fail(err)
+			return false
+		}
+	}
+	return true
+}
+
+// writeQueued writes the commands send queued while others were in
+// flight, and reports false when the connection broke.
+func (c *conn) writeQueued() bool {
+	c.mu.Lock()
+	if !c.writeOut() {
+		return false
+	}
+	c.mu.Unlock()
+	return true
+}
+
 // read hands each frame to the waiter at the head, in order. Replies
 // are filled quietly and each client's are written once the frames read
 // so far are handed out (flushing), so a pipeline's replies go to the
-// client in one write. On a lazy connection it ends when no reply is
-// awaited.
+// client in one write; then the commands queued meanwhile are written.
+// On a lazy connection it ends when no reply is awaited.
 func (c *conn) read() {
 	var got flushing
 	for c.readOne(&got) {
 		if c.r.Buffered() == 0 {
 			got.flush()
-			if c.lazy && c.stopReading() {
+			if !c.writeQueued() || (c.lazy && c.stopReading()) {
 				return
 			}
 		}
@@ -243,8 +266,9 @@ func (c *conn) read() {
 }
 
 // readInline reads the replies of the n commands just sent to a lazy
-// connection nobody was reading (so they are the first), then hands the
-// reading to a goroutine if other clients' replies are awaited.
+// connection nobody was reading (so they are the first), writes the
+// commands queued meanwhile, then hands the reading to a goroutine if
+// other clients' replies are awaited.
 func (c *conn) readInline(n int) {
 	var got flushing
 	defer got.flush()
@@ -252,6 +276,10 @@ func (c *conn) readInline(n int) {
 		if !c.readOne(&got) {
 			return
 		}
+	}
+	got.flush()
+	if !c.writeQueued() {
+		return
 	}
 	if c.r.Buffered() > 0 || !c.stopReading() {
 		go c.read()
