@@ -35,17 +35,18 @@ func TestSharedConnWritesOncePerRoundTrip(t *testing.T) {
 	defer g.Close()
 	var mu sync.Mutex
 	var replies []string
-	reply := func(_ int, f []byte) {
+	reply := func(_ int, f []byte, _ bool) bool {
 		mu.Lock()
 		replies = append(replies, string(f))
 		mu.Unlock()
+		return true
 	}
 	got := func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), replies...)
 	}
-	open := func() *Session { return g.Open(func([]byte) {}, func() {}, func() {}) }
+	open := func() *Session { return g.Open(Tenant{}, func([]byte) {}, func() {}, func() {}) }
 
 	first := open()
 	first.Forward(2, [][]string{{"DEL", "n"}}, reply)
