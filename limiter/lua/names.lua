@@ -99,6 +99,10 @@ else
   l = new_limit(rate, interval, burst, keys)
 end
 
+-- A token bucket's permit refills in per_permit µs (bucket_names: see
+-- the inline decision below; scripts.go sets it).
+local per_permit = interval / rate
+
 -- The limit's functions as locals: a field lookup per use is a
 -- measurable part of a name's decision.
 local load, try, save, available, capacity = l.load, l.try, l.save, l.available, l.capacity
@@ -119,6 +123,36 @@ while a <= #ARGV do
     o = o + 1
     out[o] = 2
     if runs > 0 then a = a + 3 * runs end
+  elseif runs < 0 and bucket_names and packed then
+    -- A token bucket's name asked once, its state in a hash (the usual
+    -- case): load, try and save inline, as token_bucket.lua does them;
+    -- a dozen function calls a name were most of its decision.
+    local key, n = keys[2], -runs
+    local v = prefetched[key]
+    prefetched[key] = nil
+    local level, ts = 0, now
+    if v and #v == 16 then level, ts = sunpack('<dd', v) end
+    if now > ts then
+      level = level - (now - ts) / per_permit
+      if level < 0 then level = 0 end
+      ts = now
+    end
+    local loaded, over = level, (level + n - burst) * per_permit
+    if n > burst then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = -1, floor(max(0, burst - level) + EPS), 0, 0
+    elseif level + n <= burst + EPS then
+      level = level + n
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 1, floor(max(0, burst - level) + EPS), us(over), us(level * per_permit)
+    else
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 0, floor(max(0, burst - level) + EPS), us(over), us(level * per_permit)
+    end
+    o = o + 4
+    local life = level * per_permit
+    if level <= EPS then
+      drop(key)
+    elseif level ~= loaded or not lasts(key, life) then
+      keep(key, spack('<dd', level, ts), life)
+    end
   elseif runs < 0 then
     local n = -runs
     local granted, remaining, retry_us, reset_us
