@@ -105,6 +105,7 @@ end
 -- A token bucket's permit refills in per_permit µs (bucket_names: see
 -- the inline decision below; scripts.go sets it).
 local per_permit = interval / rate
+local inline = bucket_names and packed
 
 -- The limit's functions as locals: a field lookup per use is a
 -- measurable part of a name's decision.
@@ -118,7 +119,7 @@ while a <= #ARGV do
     for j = 1, per do keys[j] = K[base + j] end
     l = new_multi(keys)
     load, try, save, available, capacity = l.load, l.try, l.save, l.available, l.capacity
-  else
+  elseif not (inline and runs < 0) then
     for j = 1, per do keys[j] = K[base + j] end
   end
   base = base + per
@@ -129,11 +130,11 @@ while a <= #ARGV do
   elseif runs < 0 then
     local n = -runs
     local granted, remaining, retry, reset -- as replied: whole, µs
-    if bucket_names and packed then
+    if inline then
       -- A token bucket's name, its state in a hash (the usual case):
       -- load, try and save inline, as token_bucket.lua does them; a
       -- dozen function calls a name were most of its decision.
-      local key = keys[2]
+      local key = K[base - per + 2]
       local v = prefetched[key]
       prefetched[key] = nil
       local level, ts = 0, now
@@ -157,7 +158,15 @@ while a <= #ARGV do
       if level <= EPS then
         drop(key)
       elseif level ~= loaded or not lasts(key, life) then
-        keep(key, spack('<dd', level, ts), life)
+        -- keep()'s usual case inline: into a generation alive, the
+        -- state not elsewhere.
+        local value, i = spack('<dd', level, ts), ceil(ceil((now + life) / 1000 - EPS) / gen_ms) - gen
+        local w, l = where[key], sets[i]
+        if l and (w == nil or w == gen + i) then
+          l[#l + 1], l[#l + 2], where[key] = key, value, gen + i
+        else
+          keep(key, value, life)
+        end
       end
     else
       load()
