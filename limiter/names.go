@@ -74,9 +74,15 @@ func single(asks []Ask) bool {
 	return len(asks) == 1 && asks[0].MaxWait == 0 && asks[0].Permits > 0
 }
 
-// singleValues is the number of reply values of a name asked once
-// (granted, remaining, retry, reset: no status before them).
-const singleValues = 4
+// A name asked once replies a plain grant (granted, no wait) as its
+// remaining and reset (remaining >= 0: grantValues); any other answer as
+// longForm then granted, remaining, retry, reset; or leftSingle alone
+// when the name is left to the caller (names.lua).
+const (
+	grantValues = 2
+	longForm    = -1
+	leftSingle  = -2
+)
 
 // DecodeNames decodes the reply of a names call into one Reply per name:
 // its Results, or StatusEpochChange when the name has a config of its own
@@ -108,18 +114,19 @@ func DecodeNames(v any, names []NameAsks) ([]Reply, error) {
 		if len(rest) == 0 {
 			return nil, fmt.Errorf("names script: reply too short for name %d", i)
 		}
-		// A name's first value: 2 (left to the caller) alone; else a
-		// status 0 before its runs, or a single name's granted.
+		// A name's first value: for a name asked once, a grant's
+		// remaining, longForm or leftSingle; for others, 2 (left to the
+		// caller) alone or a status 0 before its runs.
 		first, err := toInt(rest[0])
 		if err != nil {
 			return nil, fmt.Errorf("names script: name %d: %w", i, err)
 		}
 		out[i] = Reply{Epoch: epoch}
-		if first == int64(StatusEpochChange) {
-			out[i].Status, rest = StatusEpochChange, rest[1:]
-			continue
-		}
 		if !single(n.Asks) {
+			if first == int64(StatusEpochChange) {
+				out[i].Status, rest = StatusEpochChange, rest[1:]
+				continue
+			}
 			if first != int64(StatusOK) {
 				return nil, fmt.Errorf("names script: name %d: status %d", i, first)
 			}
@@ -128,16 +135,32 @@ func DecodeNames(v any, names []NameAsks) ([]Reply, error) {
 			}
 			continue
 		}
-		if len(rest) < singleValues {
+		if first == leftSingle {
+			out[i].Status, rest = StatusEpochChange, rest[1:]
+			continue
+		}
+		// v: granted, remaining, retry, reset.
+		var v [4]int64
+		width := grantValues
+		if first == longForm {
+			width = 1 + len(v)
+		} else if first < 0 {
+			return nil, fmt.Errorf("names script: name %d: form %d", i, first)
+		}
+		if len(rest) < width {
 			return nil, fmt.Errorf("names script: reply too short for name %d", i)
 		}
-		var v [singleValues]int64
-		for k := range v {
-			if v[k], err = toInt(rest[k]); err != nil {
-				return nil, fmt.Errorf("names script: name %d: %w", i, err)
-			}
+		if width == grantValues {
+			v[0], v[1] = 1, first
+			v[3], err = toInt(rest[1])
 		}
-		rest = rest[singleValues:]
+		for k := 0; k < len(v) && width > grantValues && err == nil; k++ {
+			v[k], err = toInt(rest[1+k])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("names script: name %d: %w", i, err)
+		}
+		rest = rest[width:]
 		if v[0] < -1 || v[0] > 1 {
 			return nil, fmt.Errorf("names script: name %d: %d granted of one", i, v[0])
 		}

@@ -88,30 +88,60 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 				sameAsAlone(t, reps, twins, conf, asks)
 				// The state each left behind decides the next ask alike, in a
 				// names call of single asks (their short form): grants,
-				// denials (names now full) and more than the burst.
-				var next []limiter.NameAsks
-				for i := range twins {
-					p := int64(1 + 10*(i%3/2)) // 1, 1, 11, ...
-					n := r.open(t, fmt.Sprintf("%s%s:n:%d", mode, algo, i), algo, "e1")
-					next = append(next, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(p)}})
-				}
-				next = append(next, limiter.NameAsks{Keys: x.keys(), Asks: []limiter.Ask{ask(1)}}) // explicit, last
-				reps = r.names(t, script, conf, next, mode == "cluster")
-				if st := reps[len(twins)].Status; st != limiter.StatusEpochChange {
-					t.Errorf("explicit name, single ask: status %d, want %d", st, limiter.StatusEpochChange)
-				}
-				for i, tw := range twins {
-					got := reps[i].Results[0]
-					w := tw.call(limiter.OpAcquire, next[i].Asks, limiter.AcquireArgs(conf, next[i].Asks)).Results[0]
-					// The durations count from each call's own time: alike within
-					// the time between the calls.
-					near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
-					if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
-						!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
-						t.Errorf("name %d, single ask of %d: %+v, alone %+v", i, next[i].Asks[0].Permits, got, w)
+				// denials (names now full) and more than the burst; twice, so
+				// that what the short form writes is checked too.
+				for range 2 {
+					var next []limiter.NameAsks
+					for i := range twins {
+						p := int64(1 + 10*(i%3/2)) // 1, 1, 11, ...
+						n := r.open(t, fmt.Sprintf("%s%s:n:%d", mode, algo, i), algo, "e1")
+						next = append(next, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(p)}})
+					}
+					next = append(next, limiter.NameAsks{Keys: x.keys(), Asks: []limiter.Ask{ask(1)}}) // explicit, last
+					reps = r.names(t, script, conf, next, mode == "cluster")
+					if st := reps[len(twins)].Status; st != limiter.StatusEpochChange {
+						t.Errorf("explicit name, single ask: status %d, want %d", st, limiter.StatusEpochChange)
+					}
+					for i, tw := range twins {
+						got := reps[i].Results[0]
+						w := tw.call(limiter.OpAcquire, next[i].Asks, limiter.AcquireArgs(conf, next[i].Asks)).Results[0]
+						// The durations count from each call's own time: alike within
+						// the time between the calls.
+						near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
+						if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
+							!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
+							t.Errorf("name %d, single ask of %d: %+v, alone %+v", i, next[i].Asks[0].Permits, got, w)
+						}
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestNamesShortFormKeepsState: names asked once (a token bucket's are
+// decided inline, names.lua) leave the state a name alone leaves: call
+// after call, each decides as its twin decided alone.
+func TestNamesShortFormKeepsState(t *testing.T) {
+	r := newRig(t)
+	const conf = "#rl:{policies}:s:k1.7200001p 7200001 k1 10 3600000 10" // 10 per hour, burst 10
+	script := r.scripts.Names(limiter.Config{Algo: limiter.TokenBucket}, false)
+	var names []limiter.NameAsks
+	var twins []*lim
+	for i := range 6 {
+		p := int64(1 + i%3) // 1, 2, 3 permits
+		n := r.open(t, fmt.Sprintf("short:n:%d", i), limiter.TokenBucket, "k1")
+		names = append(names, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(p)}})
+		twins = append(twins, r.open(t, fmt.Sprintf("short:m:%d", i), limiter.TokenBucket, "k1"))
+	}
+	for call := range 5 { // grants, then denials as names fill
+		reps := r.names(t, script, conf, names, false)
+		for i, tw := range twins {
+			got := reps[i].Results[0]
+			w := tw.call(limiter.OpAcquire, names[i].Asks, limiter.AcquireArgs(conf, names[i].Asks)).Results[0]
+			if got.Granted != w.Granted || got.Remaining != w.Remaining {
+				t.Errorf("call %d, name %d: %+v, alone %+v", call, i, got, w)
+			}
 		}
 	}
 }

@@ -406,10 +406,10 @@ func TestDecodeNames(t *testing.T) {
 	one := []limiter.NameAsks{{Asks: asks(1)}}
 	mixed := []limiter.NameAsks{{Asks: asks(1)}, {Asks: asks(1)}, {Asks: asks(9)}, {Asks: asks(1)}, {Asks: asks(1, 1)}}
 	good := append(resp(int64(0), "e1",
-		int64(1), int64(4), int64(0), int64(60_000), // granted, 4 left
-		int64(0), int64(0), int64(2_500), int64(3_000_000), // denied
-		int64(-1), int64(5), int64(0), int64(0), // over capacity
-		int64(2), // a config of its own
+		int64(4), int64(60_000), // a plain grant: 4 left
+		int64(-1), int64(0), int64(0), int64(2_500), int64(3_000_000), // denied
+		int64(-1), int64(-1), int64(5), int64(0), int64(0), // over capacity
+		int64(-2), // a config of its own
 		int64(0)), run(2, 1, 0, 1_000, 2_000, 0, 0, 0)...)
 	reps, err := limiter.DecodeNames(good, mixed)
 	if err != nil {
@@ -433,13 +433,16 @@ func TestDecodeNames(t *testing.T) {
 		"status only":           resp(int64(0)),
 		"epoch not a string":    resp(int64(0), int64(1), int64(0), int64(1), int64(0), int64(0), int64(0)),
 		"no name":               resp(int64(0), "e1"),
-		"granted a string":      resp(int64(0), "e1", "x", int64(0), int64(0), int64(0)),
-		"short":                 resp(int64(0), "e1", int64(1), int64(0), int64(0)),
-		"value not an integer":  resp(int64(0), "e1", int64(1), nil, int64(0), int64(0)),
-		"granted 3 of one":      resp(int64(0), "e1", int64(3), int64(0), int64(0), int64(0)),
-		"granted below -1":      resp(int64(0), "e1", int64(-2), int64(0), int64(0), int64(0)),
-		"a value too many":      resp(int64(0), "e1", int64(1), int64(0), int64(0), int64(0), int64(0)),
-		"a name too many":       resp(int64(0), "e1", int64(1), int64(0), int64(0), int64(0), int64(2)),
+		"granted a string":      resp(int64(0), "e1", int64(-1), "x", int64(0), int64(0), int64(0)),
+		"remaining a string":    resp(int64(0), "e1", "x", int64(0)),
+		"grant short":           resp(int64(0), "e1", int64(4)),
+		"short":                 resp(int64(0), "e1", int64(-1), int64(1), int64(0), int64(0)),
+		"value not an integer":  resp(int64(0), "e1", int64(4), nil),
+		"granted 3 of one":      resp(int64(0), "e1", int64(-1), int64(3), int64(0), int64(0), int64(0)),
+		"granted below -1":      resp(int64(0), "e1", int64(-1), int64(-2), int64(0), int64(0), int64(0)),
+		"no such form":          resp(int64(0), "e1", int64(-3), int64(0)),
+		"a value too many":      resp(int64(0), "e1", int64(4), int64(0), int64(0)),
+		"a name too many":       resp(int64(0), "e1", int64(4), int64(0), int64(-2)),
 		"a run too short":       append(resp(int64(0), "e1", int64(0)), run(1, 0, 0, 0, 0, 0, 0, 0)[:7]...),
 		"a run's status 1":      append(resp(int64(0), "e1", int64(1)), run(1, 0, 0, 0, 0, 0, 0, 0)...),
 		"not an array of names": "OK",

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"embed"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -77,8 +78,10 @@ func NewScripts() *Scripts {
 		// enforce only the first.
 		s.acquire[algo] = redis.NewScript(prelude + oneLimit + body + epilogue)
 		s.multi[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("multi.lua") + multiKeys + epilogue)
-		names := prelude + wrapLimit(body) + "local new_multi\n" + lua("names.lua")
-		namesMulti := prelude + wrapLimit(body) + lua("multi.lua") + lua("names.lua")
+		// names.lua decides a token bucket's names inline (bucket_names).
+		inline := "local bucket_names = " + strconv.FormatBool(algo == TokenBucket) + "\n"
+		names := prelude + wrapLimit(body) + "local new_multi\n" + inline + lua("names.lua")
+		namesMulti := prelude + wrapLimit(body) + lua("multi.lua") + "local bucket_names = false\n" + lua("names.lua")
 		s.names[algo], s.namesMulti[algo] = redis.NewScript(names), redis.NewScript(namesMulti)
 		s.crossNames[algo], s.crossNamesMulti[algo] = redis.NewScript(crossSlot+names), redis.NewScript(crossSlot+namesMulti)
 	}

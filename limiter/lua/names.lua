@@ -14,12 +14,15 @@
 -- ARGV[..] per name: its number of runs, then each run as in prelude.lua
 --           (permits, max_wait_ms, count); or, for a name asked once
 --           without waiting (the usual case), minus the permits asked, alone
--- Reply: {0, epoch, per name: 0 and 8 integers per run as prelude.lua
---        describes (asked once: granted, remaining, retry_after_us,
---        reset_after_us, of the grant or the denial, with no 0 before:
---        most names, so the narrowest reply), or 2 alone when the name
---        has a config of its own (an explicit limiter wins: the caller
---        decides it alone) or, on a cluster, its slot is not this node's}
+-- Reply: {0, epoch, per name: a name asked once (most names, so the
+--        narrowest reply): a plain grant (granted, no wait) as its
+--        remaining and reset_after_us (remaining >= 0), any other answer
+--        as -1 then granted, remaining, retry_after_us, reset_after_us;
+--        -2 alone when it is left to the caller. Other names: 0 then 8
+--        integers per run as prelude.lua describes, or 2 alone when left
+--        to the caller. A name is left to the caller when it has a config
+--        of its own (an explicit limiter wins: the caller decides it
+--        alone) or, on a cluster, its slot is not this node's}
 local per = tonumber(ARGV[3])
 local out = {0, conf[1]}
 
@@ -99,6 +102,11 @@ else
   l = new_limit(rate, interval, burst, keys)
 end
 
+-- A token bucket's permit refills in per_permit µs (bucket_names: see
+-- the inline decision below; scripts.go sets it).
+local per_permit = interval / rate
+local inline = bucket_names and packed
+
 -- The limit's functions as locals: a field lookup per use is a
 -- measurable part of a name's decision.
 local load, try, save, available, capacity = l.load, l.try, l.save, l.available, l.capacity
@@ -111,26 +119,73 @@ while a <= #ARGV do
     for j = 1, per do keys[j] = K[base + j] end
     l = new_multi(keys)
     load, try, save, available, capacity = l.load, l.try, l.save, l.available, l.capacity
-  else
+  elseif not (inline and runs < 0) then
     for j = 1, per do keys[j] = K[base + j] end
   end
   base = base + per
   if explicit and alone(base) then
     o = o + 1
-    out[o] = 2
+    out[o] = runs < 0 and -2 or 2
     if runs > 0 then a = a + 3 * runs end
   elseif runs < 0 then
     local n = -runs
-    local granted, remaining, retry_us, reset_us
-    load()
-    if n <= capacity then
-      granted, remaining, retry_us, reset_us = try(n, 0)
+    local granted, remaining, retry, reset -- as replied: whole, µs
+    if inline then
+      -- A token bucket's name, its state in a hash (the usual case):
+      -- load, try and save inline, as token_bucket.lua does them; a
+      -- dozen function calls a name were most of its decision.
+      local key = K[base - per + 2]
+      local v = prefetched[key]
+      prefetched[key] = nil
+      local level, ts = 0, now
+      if v and #v == 16 then level, ts = sunpack('<dd', v) end
+      if now > ts then
+        level = level - (now - ts) / per_permit
+        if level < 0 then level = 0 end
+        ts = now
+      end
+      local loaded, over = level, (level + n - burst) * per_permit
+      granted, retry, reset = -1, 0, 0
+      if n <= burst then
+        granted = 0
+        if level + n <= burst + EPS then
+          granted, level = 1, level + n
+        end
+        retry, reset = us(over), us(level * per_permit)
+      end
+      remaining = floor(max(0, burst - level) + EPS)
+      local life = level * per_permit
+      if level <= EPS then
+        drop(key)
+      elseif level ~= loaded or not lasts(key, life) then
+        -- keep()'s usual case inline: into a generation alive, the
+        -- state not elsewhere.
+        local value, i = spack('<dd', level, ts), ceil(ceil((now + life) / 1000 - EPS) / gen_ms) - gen
+        local w, l = where[key], sets[i]
+        if l and (w == nil or w == gen + i) then
+          l[#l + 1], l[#l + 2], where[key] = key, value, gen + i
+        else
+          keep(key, value, life)
+        end
+      end
     else
-      granted, remaining, retry_us, reset_us = -1, available(), 0, 0
+      load()
+      if n <= capacity then
+        granted, remaining, retry, reset = try(n, 0)
+      else
+        granted, remaining, retry, reset = -1, available(), 0, 0
+      end
+      save()
+      remaining, retry, reset = floor(remaining + EPS), us(retry), us(reset)
     end
-    save()
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = granted, floor(remaining + EPS), us(retry_us), us(reset_us)
-    o = o + 4
+    -- A plain grant (most names): its remaining and reset alone.
+    if granted == 1 and retry == 0 and remaining >= 0 then
+      out[o + 1], out[o + 2] = remaining, reset
+      o = o + 2
+    else
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -1, granted, remaining, retry, reset
+      o = o + 5
+    end
   else
     o = o + 1
     out[o] = 0

@@ -47,7 +47,7 @@ def names_script(d):
     return (read('prelude.lua') + 'local function new_limit(rate, interval, burst, KEYS)\n' +
             read('token_bucket.lua') + '\nreturn {capacity = capacity, load = load, save = save, try = try, ' +
             'try_run = try_run,\n  available = available, give = give, charge = charge, reset_us = reset_us}\nend\n' +
-            'local new_multi\n' + read('names.lua'))
+            'local new_multi\nlocal bucket_names = true\n' + read('names.lua'))
 
 def old_format(d):  # before the names op and the unsuffixed generation length
     return "'names'" not in open(d + '/prelude.lua').read()
