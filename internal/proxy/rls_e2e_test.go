@@ -190,6 +190,31 @@ func TestRLSAllOrNothing(t *testing.T) {
 	h.Do(t, "RL.AVAILABLE", "bench:tenant=acme").Equal(int64(5))
 }
 
+// More descriptors than one RL.ACQUIRE ... ALSO takes (8) are decided in
+// chunks, still all or nothing: a denial in the second chunk gives back
+// what the first took; the same descriptor twice asks for the sum.
+func TestRLSManyDescriptors(t *testing.T) {
+	h, c := startRLSProxy(t, redistest.StartServer(t), rlsRules)
+	should(t, c, desc("path=/admin/x")) // its only permit
+	var ds []*rlv3.RateLimitDescriptor
+	for i := range 10 {
+		ds = append(ds, desc("user=m"+strconv.Itoa(i)))
+	}
+	r := should(t, c, append(ds, desc("path=/admin/x"))...)
+	if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || r.Statuses[10].Code != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("past the limit: got %s", verdict(r))
+	}
+	for i := range 10 {
+		h.Do(t, "RL.AVAILABLE", "bench:user=m"+strconv.Itoa(i)).Equal(int64(3))
+	}
+	if got := verdict(should(t, c, ds...)); got != "OK"+strings.Repeat(" OK/2", 10) {
+		t.Fatalf("ten fresh users: got %q", got)
+	}
+	if got := verdict(should(t, c, desc("user=m0"), desc("user=m0"))); got != "OK OK/0 OK/0" {
+		t.Fatalf("one user twice: got %q", got)
+	}
+}
+
 func TestRLSHeadersAndHitsAddend(t *testing.T) {
 	_, c := startRLSProxy(t, redistest.StartServer(t), rlsRules, func(c *config.Config) { c.RLSResponseHeaders = true })
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
