@@ -17,6 +17,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/redistest"
+	"github.com/rlproxy/rlproxy/limiter"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -213,6 +214,32 @@ func TestRLSManyDescriptors(t *testing.T) {
 	if got := verdict(should(t, c, desc("user=m0"), desc("user=m0"))); got != "OK OK/0 OK/0" {
 		t.Fatalf("one user twice: got %q", got)
 	}
+}
+
+// unit: month is a calendar month in UTC: the window ends on the 1st of
+// next month at 00:00 UTC, as ShouldRateLimit (the proxy's clock) and
+// RL.ACQUIRE on the same limiter (Redis's clock, the script's date math)
+// both say.
+func TestRLSCalendarMonth(t *testing.T) {
+	rules := "domain: bench\ndescriptors:\n  - key: plan\n    rate_limit: {unit: month, requests_per_unit: 5}\n"
+	h, c := startRLSProxy(t, redistest.StartServer(t), rules)
+	before := time.Now()
+	r := should(t, c, desc("plan=p"))
+	g := h.Do(t, "RL.ACQUIRE", "bench:plan=p").Granted(3)
+	after := time.Now()
+	if verdict(r) != "OK OK/4" {
+		t.Fatalf("got %s", verdict(r))
+	}
+	// Until the month's end, give or take the test's own duration.
+	within := func(what string, d time.Duration) {
+		t.Helper()
+		lo, hi := limiter.NextMonth(after).Sub(after)-time.Second, limiter.NextMonth(before).Sub(before)+time.Second
+		if d < lo || d > hi {
+			t.Errorf("%s: %v, want %v..%v (until %s)", what, d, lo, hi, limiter.NextMonth(before))
+		}
+	}
+	within("duration_until_reset", r.Statuses[0].DurationUntilReset.AsDuration())
+	within("RL.ACQUIRE reset_after_ms", g.ResetAfter)
 }
 
 func TestRLSHeadersAndHitsAddend(t *testing.T) {
