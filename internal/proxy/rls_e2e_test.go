@@ -16,6 +16,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/keyslot"
 	"github.com/rlproxy/rlproxy/internal/redistest"
 	"github.com/rlproxy/rlproxy/limiter"
 	"google.golang.org/grpc"
@@ -69,7 +70,9 @@ func startRLSProxy(t *testing.T, srv *redistest.Server, rules string, tweaks ...
 		t.Fatal(err)
 	}
 	h := startProxy(t, srv, append([]func(*config.Config){func(c *config.Config) {
-		c.Backends = []string{srv.URL()}
+		if srv != nil { // else a tweak names the backend
+			c.Backends = []string{srv.URL()}
+		}
 		c.RLSListen, c.RLSConfig = "127.0.0.1:0", file
 	}}, tweaks...)...)
 	return h, rlsClient(t, h.proxy.RLSAddr())
@@ -350,14 +353,50 @@ func TestRLSReload(t *testing.T) {
 // granted past its limit, and a denied request keeps nothing.
 func TestRLSNoOverAdmissionFourProxies(t *testing.T) {
 	srv := redistest.StartServer(t)
+	rlsNoOverAdmission(t, "u0", "u1", func(c *config.Config) { c.Backends = []string{srv.URL()} })
+}
+
+// The same on a Redis Cluster of 3 masters, the three limiters of a
+// request on three masters: a request's names are decided per slot,
+// granted ones given back when a later slot denies.
+func TestRLSNoOverAdmissionCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	slot := func(name string) int { return keyslot.Of("{" + name + ":0}") }
+	master := func(name string) string {
+		a, err := cluster.SlotMaster(context.Background(), 0, slot(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// Two users whose limiters live on masters other than all=x's and each other's.
+	seen := map[string]bool{master("bench:all=x"): true}
+	var users []string
+	for i := 0; len(users) < 2 && i < 1000; i++ {
+		if m := master("bench:user=u" + strconv.Itoa(i)); !seen[m] {
+			seen[m] = true
+			users = append(users, "u"+strconv.Itoa(i))
+		}
+	}
+	if len(users) < 2 {
+		t.Fatalf("no users on other masters: %v", seen)
+	}
+	rlsNoOverAdmission(t, users[0], users[1], func(c *config.Config) { c.Cluster = cluster.URLs() })
+}
+
+// rlsNoOverAdmission runs 40 callers through 4 proxies on the backend
+// the tweak sets: 400 requests of user u0 or u1 (50 a day each) and
+// all=x (70 a day over both).
+func rlsNoOverAdmission(t *testing.T, u0, u1 string, backend func(*config.Config)) {
 	const rules = "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 50}\n  - key: all\n    value: x\n    rate_limit: {unit: day, requests_per_unit: 70}\n"
 	var hs []*harness
 	var clients []pb.RateLimitServiceClient
 	for range 4 {
 		// A slow shared machine must not open the breaker: this test is about races.
-		h, c := startRLSProxy(t, srv, rules, func(c *config.Config) { c.BackendTimeout = 10 * time.Second })
+		h, c := startRLSProxy(t, nil, rules, backend, func(c *config.Config) { c.BackendTimeout = 10 * time.Second })
 		hs, clients = append(hs, h), append(clients, c)
 	}
+	users := []string{u0, u1}
 	var granted atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 40 {
@@ -365,7 +404,7 @@ func TestRLSNoOverAdmissionFourProxies(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 10 {
-				r := should(t, clients[i%4], desc("user=u"+strconv.Itoa(i%2)), desc("all=x"))
+				r := should(t, clients[i%4], desc("user="+users[i%2]), desc("all=x"))
 				if r.OverallCode == pb.RateLimitResponse_OK {
 					granted.Add(1)
 				}
@@ -373,9 +412,7 @@ func TestRLSNoOverAdmissionFourProxies(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// 400 requests, two users of 50 and one limit of 70 over both.
-	used := func(name string) int64 { return 0 }
-	used = func(name string) int64 {
+	used := func(name string) int64 {
 		limit := int64(50)
 		if name == "bench:all=x" {
 			limit = 70
@@ -387,8 +424,8 @@ func TestRLSNoOverAdmissionFourProxies(t *testing.T) {
 	if g > 70 {
 		t.Fatalf("over-admission: %d granted, limit 70", g)
 	}
-	if all, users := used("bench:all=x"), used("bench:user=u0")+used("bench:user=u1"); all != g || users != g {
-		t.Fatalf("granted %d but all=x used %d and the users %d: a denied request kept permits", g, all, users)
+	if all, us := used("bench:all=x"), used("bench:user="+u0)+used("bench:user="+u1); all != g || us != g {
+		t.Fatalf("granted %d but all=x used %d and the users %d: a denied request kept permits", g, all, us)
 	}
 }
 
