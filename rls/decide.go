@@ -67,11 +67,12 @@ func (d *Limiters) Decide(ctx context.Context, asks []Ask) ([]limiter.Result, er
 			continue
 		}
 		if _, seen := rule[a.Name]; !seen {
-			rule[a.Name] = a
 			names = append(names, ratelimit.NameAsk{Name: a.Name})
 		}
 		at[i] = slices.IndexFunc(names, func(n ratelimit.NameAsk) bool { return n.Name == a.Name })
 		names[at[i]].Permits += a.Permits
+		a.Permits = names[at[i]].Permits
+		rule[a.Name] = a
 	}
 	res, err := d.decideChunks(ctx, names, rule)
 	if err != nil {
@@ -92,7 +93,8 @@ func (d *Limiters) Decide(ctx context.Context, asks []Ask) ([]limiter.Result, er
 }
 
 // decideChunks decides names all or nothing, ratelimit.MaxNames at a
-// time; rule gives each name's ask (to make its limiter when missing).
+// time; rule gives each name's ask (its rule, to make its limiter when
+// missing, and its permits summed).
 func (d *Limiters) decideChunks(ctx context.Context, names []ratelimit.NameAsk, rule map[string]Ask) ([]limiter.Result, error) {
 	out := make([]limiter.Result, len(names))
 	for from := 0; from < len(names); from += ratelimit.MaxNames {

@@ -173,6 +173,12 @@ func TestRLSSameStateAsRL(t *testing.T) {
 	h.Do(t, "RL.AVAILABLE", "bench:tenant=acme:user=9").Equal(int64(1))
 	should(t, c, desc("org=5", "team=red"))
 	h.Do(t, "RL.AVAILABLE", "bench:org=5:team=red").Equal(int64(1))
+	// A limiter made on first use and deleted since is made again, with
+	// another descriptor in the same request.
+	h.Do(t, "RL.DEL", "bench:org=5:team=red").Equal(int64(1))
+	if got := verdict(should(t, c, desc("user=7"), desc("org=5", "team=red"))); got != "OK OK/2 OK/1" {
+		t.Fatalf("after RL.DEL: %q", got)
+	}
 	h.Do(t, "RL.RESET", "bench:user=42").Equal(int64(1))
 	if got := verdict(should(t, c, desc("user=42"))); got != "OK OK/2" {
 		t.Fatalf("after RL.RESET: %q", got)
