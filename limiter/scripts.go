@@ -45,7 +45,7 @@ type Scripts struct {
 // NewScripts builds every script: each algorithm between the shared
 // prelude and epilogue.
 func NewScripts() *Scripts {
-	prelude, epilogue := lua("prelude.lua"), lua("epilogue.lua")
+	prelude, epilogue := lua("calendar.lua")+lua("prelude.lua"), lua("epilogue.lua")
 	s := &Scripts{
 		acquire:         map[Algo]*redis.Script{},
 		multi:           map[Algo]*redis.Script{},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,10 +32,13 @@ type Decider interface {
 // (an explicit limiter, a policy, or an explicit limiter per name made on
 // first use; see node.name) when it is missing.
 //
-// Until RL.ACQUIRE ... ALSO (one script call per node) is in package
-// ratelimit, Decide asks each name alone, at once, and gives back the
-// grants when one is denied: others may see those permits taken for the
-// round trip that gives them back. Decide is where that call goes.
+// A request's names are decided with ratelimit's AcquireMany (RL.ACQUIRE
+// ... ALSO): in one script call per Redis node (per slot on a Cluster),
+// atomic there; across nodes granted names are given back when a later
+// one denies. AcquireMany takes at most ratelimit.MaxNames names, and
+// envoyproxy/ratelimit has no such bound, so more names are decided in
+// chunks of that many, one after the other, a chunk's grants given back
+// (RL.RELEASE) when a later chunk denies.
 type Limiters struct {
 	L *ratelimit.Limiters
 
@@ -47,57 +51,135 @@ const maxMade = 100_000
 
 // Decide implements Decider.
 func (d *Limiters) Decide(ctx context.Context, asks []Ask) ([]limiter.Result, error) {
-	reqs := make([]ratelimit.Request, len(asks))
+	// The same name twice (two equal descriptors) is one name asking for
+	// the sum; hits_addend 0 looks and takes nothing, so is not asked.
+	var names []ratelimit.NameAsk
+	rule := map[string]Ask{}
+	at := make([]int, len(asks))
 	for i, a := range asks {
 		if a.Limit.Pattern == "" && a.Limit.Exact == "" && !d.madeRecently(a) {
 			if err := d.make(ctx, a); err != nil {
 				return nil, err
 			}
 		}
-		reqs[i] = ratelimit.Request{Name: a.Name, Permits: a.Permits}
-	}
-	out := make([]limiter.Result, len(asks))
-	outs := d.L.AcquireAll(ctx, reqs)
-	all := true
-	var failed error
-	for i, o := range outs {
-		if _, missing := o.Err.(*ratelimit.NoLimiterError); missing {
-			// Its limiter is gone (RL.DEL, an expired TTL, a fresh
-			// backend): make it again and ask once more.
-			if err := d.make(ctx, asks[i]); err != nil {
-				return nil, err
-			}
-			o.Result, o.Err = d.L.Acquire(ctx, reqs[i])
-		}
-		var over *ratelimit.OverCapacityError
-		switch {
-		case errors.As(o.Err, &over):
-			o.Result, o.Err = limiter.Result{OverCapacity: true}, nil
-		case o.Err != nil:
-			failed = o.Err
+		at[i] = -1
+		if a.Permits == 0 {
 			continue
 		}
-		out[i] = o.Result
-		all = all && o.Granted
+		if _, seen := rule[a.Name]; !seen {
+			names = append(names, ratelimit.NameAsk{Name: a.Name})
+		}
+		at[i] = slices.IndexFunc(names, func(n ratelimit.NameAsk) bool { return n.Name == a.Name })
+		names[at[i]].Permits += a.Permits
+		a.Permits = names[at[i]].Permits
+		rule[a.Name] = a
 	}
-	if failed != nil {
-		d.giveBack(ctx, asks, out) // no decision: nothing is kept
-		return nil, failed
+	res, err := d.decideChunks(ctx, names, rule)
+	if err != nil {
+		return nil, err
 	}
-	if !all {
-		d.giveBack(ctx, asks, out)
+	out := make([]limiter.Result, len(asks))
+	for i, a := range asks {
+		if at[i] >= 0 {
+			out[i] = res[at[i]]
+			continue
+		}
+		if out[i], err = d.peek(ctx, a); err != nil {
+			return nil, err
+		}
+		out[i].Granted = true
 	}
 	return out, nil
 }
 
-// giveBack returns the permits of the asks that were granted (a shadow
-// denial took nothing) and counts them as left again.
-func (d *Limiters) giveBack(ctx context.Context, asks []Ask, res []limiter.Result) {
-	for i, r := range res {
-		if !r.Granted || r.ShadowDenied || asks[i].Permits == 0 {
+// decideChunks decides names all or nothing, ratelimit.MaxNames at a
+// time; rule gives each name's ask (its rule, to make its limiter when
+// missing, and its permits summed).
+func (d *Limiters) decideChunks(ctx context.Context, names []ratelimit.NameAsk, rule map[string]Ask) ([]limiter.Result, error) {
+	out := make([]limiter.Result, len(names))
+	for from := 0; from < len(names); from += ratelimit.MaxNames {
+		to := min(from+ratelimit.MaxNames, len(names))
+		granted, err := d.decideOnce(ctx, names[from:to], rule, out[from:to])
+		if err == nil && granted {
 			continue
 		}
-		left, err := d.L.Release(ctx, ratelimit.Request{Name: asks[i].Name, Permits: asks[i].Permits})
+		d.giveBack(ctx, names[:from], out[:from])
+		if err != nil {
+			return nil, err
+		}
+		// Denied: the later chunks are not asked; say what they have.
+		for j := to; j < len(names); j++ {
+			if out[j], err = d.peek(ctx, rule[names[j].Name]); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return out, nil
+}
+
+// decideOnce decides one chunk of at most ratelimit.MaxNames names in one
+// AcquireMany, each name's result into out. A name whose limiter is
+// missing is made and the chunk asked again; a name asking more than its
+// limiter can ever hold denies the chunk.
+func (d *Limiters) decideOnce(ctx context.Context, names []ratelimit.NameAsk, rule map[string]Ask, out []limiter.Result) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		res, err := d.L.AcquireMany(ctx, ratelimit.ManyRequest{Names: names})
+		var missing *ratelimit.NoLimiterError
+		var over *ratelimit.OverCapacityError
+		switch {
+		case errors.As(err, &missing) && attempt <= len(names):
+			// Its limiter is gone (RL.DEL, an expired TTL, a fresh
+			// backend): make it again and ask once more.
+			if err := d.make(ctx, rule[missing.Name]); err != nil {
+				return false, err
+			}
+			continue
+		case errors.As(err, &over):
+			for i, n := range names {
+				if n.Name == over.Name {
+					out[i] = limiter.Result{OverCapacity: true}
+				} else if out[i], err = d.peek(ctx, rule[n.Name]); err != nil {
+					return false, err
+				}
+			}
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+		for i, n := range res.Names {
+			if out[i] = n.Result; !n.Asked {
+				// After a node that denied: not asked, say what it has.
+				if out[i], err = d.peek(ctx, rule[n.Name]); err != nil {
+					return false, err
+				}
+			}
+		}
+		return res.Granted, nil
+	}
+}
+
+// peek is what an ask's limiter has now, as a result: granted when the
+// ask alone would have room.
+func (d *Limiters) peek(ctx context.Context, a Ask) (limiter.Result, error) {
+	left, err := d.L.Available(ctx, ratelimit.Request{Name: a.Name})
+	var missing *ratelimit.NoLimiterError
+	if errors.As(err, &missing) {
+		if err = d.make(ctx, a); err == nil {
+			left, err = d.L.Available(ctx, ratelimit.Request{Name: a.Name})
+		}
+	}
+	return limiter.Result{Granted: left >= a.Permits, Remaining: left}, err
+}
+
+// giveBack returns the permits of the names that were granted (a shadow
+// denial took nothing) and counts them as left again.
+func (d *Limiters) giveBack(ctx context.Context, names []ratelimit.NameAsk, res []limiter.Result) {
+	for i, r := range res {
+		if !r.Granted || r.ShadowDenied {
+			continue
+		}
+		left, err := d.L.Release(ctx, ratelimit.Request{Name: names[i].Name, Permits: names[i].Permits})
 		if err == nil {
 			res[i].Remaining = left
 		}

@@ -67,15 +67,16 @@ func (r *Rules) Domains() int { return len(r.domains) }
 // Has reports whether domain has rules.
 func (r *Rules) Has(domain string) bool { return r.domains[domain] != nil }
 
-// unitLength is each unit's window, as envoyproxy/ratelimit counts it
-// (a month is 30 days, a year 365).
+// unitLength is each unit's window, as envoyproxy/ratelimit counts it (a
+// year is 365 days), except a month: a calendar month in UTC (the
+// reference's is 30 days).
 var unitLength = map[pb.RateLimitResponse_RateLimit_Unit]time.Duration{
 	pb.RateLimitResponse_RateLimit_SECOND: time.Second,
 	pb.RateLimitResponse_RateLimit_MINUTE: time.Minute,
 	pb.RateLimitResponse_RateLimit_HOUR:   time.Hour,
 	pb.RateLimitResponse_RateLimit_DAY:    24 * time.Hour,
 	pb.RateLimitResponse_RateLimit_WEEK:   7 * 24 * time.Hour,
-	pb.RateLimitResponse_RateLimit_MONTH:  30 * 24 * time.Hour,
+	pb.RateLimitResponse_RateLimit_MONTH:  limiter.Month,
 	pb.RateLimitResponse_RateLimit_YEAR:   365 * 24 * time.Hour,
 }
 

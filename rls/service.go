@@ -279,9 +279,13 @@ func descriptorStatus(d descriptor, results []limiter.Result, now time.Time) *pb
 }
 
 // untilReset is the time to the end of the window now is in, for a
-// fixed window (windows aligned to the Unix epoch, as the backend's are);
-// whole seconds, as envoyproxy/ratelimit answers.
+// fixed window (windows aligned to the Unix epoch, a month to the 1st at
+// 00:00 UTC, as the backend's are); whole seconds, as envoyproxy/ratelimit
+// answers.
 func untilReset(l *Limit, now time.Time) time.Duration {
+	if unitLength[l.Unit] == limiter.Month {
+		return time.Duration(limiter.NextMonth(now).Unix()-now.Unix()) * time.Second
+	}
 	unit := int64(unitLength[l.Unit] / time.Second)
 	return time.Duration(unit-now.Unix()%unit) * time.Second
 }

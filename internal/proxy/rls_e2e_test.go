@@ -16,7 +16,9 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/keyslot"
 	"github.com/rlproxy/rlproxy/internal/redistest"
+	"github.com/rlproxy/rlproxy/limiter"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -68,7 +70,9 @@ func startRLSProxy(t *testing.T, srv *redistest.Server, rules string, tweaks ...
 		t.Fatal(err)
 	}
 	h := startProxy(t, srv, append([]func(*config.Config){func(c *config.Config) {
-		c.Backends = []string{srv.URL()}
+		if srv != nil { // else a tweak names the backend
+			c.Backends = []string{srv.URL()}
+		}
 		c.RLSListen, c.RLSConfig = "127.0.0.1:0", file
 	}}, tweaks...)...)
 	return h, rlsClient(t, h.proxy.RLSAddr())
@@ -169,6 +173,12 @@ func TestRLSSameStateAsRL(t *testing.T) {
 	h.Do(t, "RL.AVAILABLE", "bench:tenant=acme:user=9").Equal(int64(1))
 	should(t, c, desc("org=5", "team=red"))
 	h.Do(t, "RL.AVAILABLE", "bench:org=5:team=red").Equal(int64(1))
+	// A limiter made on first use and deleted since is made again, with
+	// another descriptor in the same request.
+	h.Do(t, "RL.DEL", "bench:org=5:team=red").Equal(int64(1))
+	if got := verdict(should(t, c, desc("user=7"), desc("org=5", "team=red"))); got != "OK OK/2 OK/1" {
+		t.Fatalf("after RL.DEL: %q", got)
+	}
 	h.Do(t, "RL.RESET", "bench:user=42").Equal(int64(1))
 	if got := verdict(should(t, c, desc("user=42"))); got != "OK OK/2" {
 		t.Fatalf("after RL.RESET: %q", got)
@@ -188,6 +198,57 @@ func TestRLSAllOrNothing(t *testing.T) {
 	}
 	h.Do(t, "RL.AVAILABLE", "bench:user=5").Equal(int64(3))
 	h.Do(t, "RL.AVAILABLE", "bench:tenant=acme").Equal(int64(5))
+}
+
+// More descriptors than one RL.ACQUIRE ... ALSO takes (8) are decided in
+// chunks, still all or nothing: a denial in the second chunk gives back
+// what the first took; the same descriptor twice asks for the sum.
+func TestRLSManyDescriptors(t *testing.T) {
+	h, c := startRLSProxy(t, redistest.StartServer(t), rlsRules)
+	should(t, c, desc("path=/admin/x")) // its only permit
+	var ds []*rlv3.RateLimitDescriptor
+	for i := range 10 {
+		ds = append(ds, desc("user=m"+strconv.Itoa(i)))
+	}
+	r := should(t, c, append(ds, desc("path=/admin/x"))...)
+	if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || r.Statuses[10].Code != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("past the limit: got %s", verdict(r))
+	}
+	for i := range 10 {
+		h.Do(t, "RL.AVAILABLE", "bench:user=m"+strconv.Itoa(i)).Equal(int64(3))
+	}
+	if got := verdict(should(t, c, ds...)); got != "OK"+strings.Repeat(" OK/2", 10) {
+		t.Fatalf("ten fresh users: got %q", got)
+	}
+	if got := verdict(should(t, c, desc("user=m0"), desc("user=m0"))); got != "OK OK/0 OK/0" {
+		t.Fatalf("one user twice: got %q", got)
+	}
+}
+
+// unit: month is a calendar month in UTC: the window ends on the 1st of
+// next month at 00:00 UTC, as ShouldRateLimit (the proxy's clock) and
+// RL.ACQUIRE on the same limiter (Redis's clock, the script's date math)
+// both say.
+func TestRLSCalendarMonth(t *testing.T) {
+	rules := "domain: bench\ndescriptors:\n  - key: plan\n    rate_limit: {unit: month, requests_per_unit: 5}\n"
+	h, c := startRLSProxy(t, redistest.StartServer(t), rules)
+	before := time.Now()
+	r := should(t, c, desc("plan=p"))
+	g := h.Do(t, "RL.ACQUIRE", "bench:plan=p").Granted(3)
+	after := time.Now()
+	if verdict(r) != "OK OK/4" {
+		t.Fatalf("got %s", verdict(r))
+	}
+	// Until the month's end, give or take the test's own duration.
+	within := func(what string, d time.Duration) {
+		t.Helper()
+		lo, hi := limiter.NextMonth(after).Sub(after)-time.Second, limiter.NextMonth(before).Sub(before)+time.Second
+		if d < lo || d > hi {
+			t.Errorf("%s: %v, want %v..%v (until %s)", what, d, lo, hi, limiter.NextMonth(before))
+		}
+	}
+	within("duration_until_reset", r.Statuses[0].DurationUntilReset.AsDuration())
+	within("RL.ACQUIRE reset_after_ms", g.ResetAfter)
 }
 
 func TestRLSHeadersAndHitsAddend(t *testing.T) {
@@ -298,14 +359,50 @@ func TestRLSReload(t *testing.T) {
 // granted past its limit, and a denied request keeps nothing.
 func TestRLSNoOverAdmissionFourProxies(t *testing.T) {
 	srv := redistest.StartServer(t)
+	rlsNoOverAdmission(t, "u0", "u1", func(c *config.Config) { c.Backends = []string{srv.URL()} })
+}
+
+// The same on a Redis Cluster of 3 masters, the three limiters of a
+// request on three masters: a request's names are decided per slot,
+// granted ones given back when a later slot denies.
+func TestRLSNoOverAdmissionCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	slot := func(name string) int { return keyslot.Of("{" + name + ":0}") }
+	master := func(name string) string {
+		a, err := cluster.SlotMaster(context.Background(), 0, slot(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// Two users whose limiters live on masters other than all=x's and each other's.
+	seen := map[string]bool{master("bench:all=x"): true}
+	var users []string
+	for i := 0; len(users) < 2 && i < 1000; i++ {
+		if m := master("bench:user=u" + strconv.Itoa(i)); !seen[m] {
+			seen[m] = true
+			users = append(users, "u"+strconv.Itoa(i))
+		}
+	}
+	if len(users) < 2 {
+		t.Fatalf("no users on other masters: %v", seen)
+	}
+	rlsNoOverAdmission(t, users[0], users[1], func(c *config.Config) { c.Cluster = cluster.URLs() })
+}
+
+// rlsNoOverAdmission runs 40 callers through 4 proxies on the backend
+// the tweak sets: 400 requests of user u0 or u1 (50 a day each) and
+// all=x (70 a day over both).
+func rlsNoOverAdmission(t *testing.T, u0, u1 string, backend func(*config.Config)) {
 	const rules = "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 50}\n  - key: all\n    value: x\n    rate_limit: {unit: day, requests_per_unit: 70}\n"
 	var hs []*harness
 	var clients []pb.RateLimitServiceClient
 	for range 4 {
 		// A slow shared machine must not open the breaker: this test is about races.
-		h, c := startRLSProxy(t, srv, rules, func(c *config.Config) { c.BackendTimeout = 10 * time.Second })
+		h, c := startRLSProxy(t, nil, rules, backend, func(c *config.Config) { c.BackendTimeout = 10 * time.Second })
 		hs, clients = append(hs, h), append(clients, c)
 	}
+	users := []string{u0, u1}
 	var granted atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 40 {
@@ -313,7 +410,7 @@ func TestRLSNoOverAdmissionFourProxies(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 10 {
-				r := should(t, clients[i%4], desc("user=u"+strconv.Itoa(i%2)), desc("all=x"))
+				r := should(t, clients[i%4], desc("user="+users[i%2]), desc("all=x"))
 				if r.OverallCode == pb.RateLimitResponse_OK {
 					granted.Add(1)
 				}
@@ -321,9 +418,7 @@ func TestRLSNoOverAdmissionFourProxies(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// 400 requests, two users of 50 and one limit of 70 over both.
-	used := func(name string) int64 { return 0 }
-	used = func(name string) int64 {
+	used := func(name string) int64 {
 		limit := int64(50)
 		if name == "bench:all=x" {
 			limit = 70
@@ -335,8 +430,8 @@ func TestRLSNoOverAdmissionFourProxies(t *testing.T) {
 	if g > 70 {
 		t.Fatalf("over-admission: %d granted, limit 70", g)
 	}
-	if all, users := used("bench:all=x"), used("bench:user=u0")+used("bench:user=u1"); all != g || users != g {
-		t.Fatalf("granted %d but all=x used %d and the users %d: a denied request kept permits", g, all, users)
+	if all, us := used("bench:all=x"), used("bench:user="+u0)+used("bench:user="+u1); all != g || us != g {
+		t.Fatalf("granted %d but all=x used %d and the users %d: a denied request kept permits", g, all, us)
 	}
 }
 

@@ -35,6 +35,8 @@ local function undo(n, t0)
       if not newest[1] or tonumber(string.match(newest[1], '^(%d+):')) ~= t0 then
         back = 0
       end
+    elseif algo == 'fixed-window' and fixed_start(t0, s[2]) ~= fixed_start(now, s[2]) then
+      back = 0
     elseif window_of(t0, s[2]) ~= window_of(now, s[2]) then
       back = 0
     end

@@ -1,7 +1,8 @@
 -- fixed_window.lua: `rate` permits per window. Windows are aligned to
 -- natural boundaries counted from the Unix epoch (midnight UTC): a window
 -- starts at floor(now / interval) * interval, so a 1m window starts on the
--- minute, 1h on the hour and 1d at 00:00 UTC. O(1) state.
+-- minute, 1h on the hour and 1d at 00:00 UTC; an interval of limiter.Month
+-- is a calendar month in UTC (calendar.lua). O(1) state.
 --
 -- KEYS[2]  state: "start:count" — permits counted in the window that
 --          starts at `start` (microseconds since the epoch).
@@ -22,20 +23,20 @@ local start, count
 local stored -- the state as read, when it is this window's: "start:count" (or packed)
 
 local function load()
-  start, count, stored = window_of(now, interval), 0, nil
+  start, count, stored = fixed_start(now, interval), 0, nil
   local v = get(KEYS[2])
   if v then
     local s, c = read2(v)
     if s and c then
       -- Aligning again keeps a state written under another interval usable
       -- (KEEPSTATE carries its count over to the new interval).
-      s = window_of(s, interval)
+      s = fixed_start(s, interval)
       if s >= start then
         start, count = s, c
         stored = v
       elseif c > rate then
         -- Debt left over from an earlier window: rate paid per window since.
-        count = max(0, c - floor((start - s) / interval + 0.5) * rate)
+        count = max(0, c - fixed_between(s, start, interval) * rate)
       end
     end
   end
@@ -58,7 +59,7 @@ end
 
 -- Microseconds until every window is empty again.
 local function until_reset()
-  if count > 0 then return start + max(1, windows_until(0) + 1) * interval - now end
+  if count > 0 then return fixed_after(start, max(1, windows_until(0) + 1), interval) - now end
   return start - now -- until the stored window starts (a clock stepped back)
 end
 
@@ -70,7 +71,7 @@ local function try(n, _)
   -- The first window this request fits in: the stored window when it is
   -- still ahead and has room, else the first after it that the debt (if
   -- any) leaves room in. n <= rate, so an empty window always has room.
-  local at = start + max(current() and 1 or 0, windows_until(n)) * interval
+  local at = fixed_after(start, max(current() and 1 or 0, windows_until(n)), interval)
   return 0, available(), at - now, until_reset()
 end
 
