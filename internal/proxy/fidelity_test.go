@@ -110,7 +110,7 @@ func TestGatewayInfo(t *testing.T) {
 			t.Errorf("RESP%d INFO memory:\n%s", proto, mem)
 		}
 		both := c.Do(t, "INFO", "keyspace", "passthrough").OK().(string)
-		if !strings.HasPrefix(both, "# Keyspace\r\ndb0:keys=1,") || !strings.Contains(both, "\r\n# Passthrough\r\nforwarded:") {
+		if !strings.HasPrefix(both, "# Keyspace\r\ndb0:keys=1,") || !strings.Contains(both, "\r\n# Passthrough\r\n") || !strings.Contains(both, "\r\nforwarded:") {
 			t.Errorf("RESP%d INFO keyspace passthrough:\n%s", proto, both)
 		}
 	}
