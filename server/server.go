@@ -52,6 +52,10 @@ type Options struct {
 	// Forward, when set, is the gateway (passthrough): it runs every
 	// command no table entry owns (forward.go).
 	Forward Forwarder
+	// OwnCommandTable keeps COMMAND rlproxy's own with the gateway on: the
+	// embedded backend's COMMAND is a fixed Redis 5 table that ignores
+	// its subcommands (COMMAND DOCS answers it, which redis-cli rejects).
+	OwnCommandTable bool
 	// ForwardBuffer bounds the bytes of forwarded commands' replies
 	// queued for a client that does not read them
 	// (passthrough_client_buffer): past it the client is closed. 0: no
