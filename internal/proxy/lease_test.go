@@ -261,7 +261,9 @@ func TestLeaseCrashSafety(t *testing.T) {
 		t.Fatal("granted while the vanished holder's lease runs")
 	}
 	got, took := timedLease(t, h.conn, "v", "TIMEOUT", "2s")
-	if !got.Granted || took > 250*time.Millisecond {
+	// Granted when the lease ends (200ms), not at the backstop or the
+	// TIMEOUT: the bound leaves room for a busy machine.
+	if !got.Granted || took > time.Second {
 		t.Fatalf("after the vanished holder's 200ms: %+v after %v", got, took)
 	}
 }
