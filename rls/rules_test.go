@@ -91,7 +91,7 @@ func TestLoadEveryKey(t *testing.T) {
 			return l.Unit == pb.RateLimitResponse_RateLimit_YEAR && l.Pattern == "" && l.Exact == ""
 		}},
 		{[]string{"mo=m"}, "d:mo=m", func(l *Limit) bool {
-			return l.Exact == "d:mo=m" && l.Config().Interval.Hours() == 30*24 && l.Config().Algo == limiter.FixedWindow
+			return l.Exact == "d:mo=m" && l.Config().Interval == limiter.Month && l.Config().Algo == limiter.FixedWindow
 		}},
 		{[]string{"k1=v1", "k2=z", "k3=q"}, "", nil}, // longer than the config
 	} {
