@@ -283,13 +283,10 @@ func TestWaitHeldUntilGranted(t *testing.T) {
 		for i, a := range at {
 			// The first grant is booked no sooner than start; the i-th
 			// slot is i*200ms after it.
+			// (A lower bound only: a busy machine may deliver a grant
+			// late, never early; gaps between deliveries prove nothing.)
 			if got := a.Sub(start); got < time.Duration(i)*slot-early {
 				t.Errorf("grant %d came %v after the requests, before its slot at %v", i, got, time.Duration(i)*slot)
-			}
-			if i > 0 {
-				if gap := a.Sub(at[i-1]); gap < slot/2 {
-					t.Errorf("grants %d and %d came %v apart, want about %v", i-1, i, gap, slot)
-				}
 			}
 		}
 		if span := at[4].Sub(at[0]); span > 4*slot+slack {
