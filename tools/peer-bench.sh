@@ -23,7 +23,7 @@ trap cleanup EXIT
 
 me=peer-bench
 # shellcheck source=/dev/null
-. "$(ls scripts/lib.sh tools/lib.sh 2>/dev/null | head -1)"
+. tools/bench/lib.sh
 
 "$GO" build -o "$work/rlproxy" ./cmd/rlproxy
 start_redis

@@ -33,7 +33,7 @@ trap cleanup EXIT
 
 me=redis-suite
 # shellcheck source=/dev/null
-. "$(ls scripts/lib.sh tools/lib.sh 2>/dev/null | head -1)"
+. tools/bench/lib.sh
 
 cp -r "$src/tests" "$src/runtest" "$work/"
 # A unit's overrides: a refused CONFIG SET is tolerated (either side).
