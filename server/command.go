@@ -21,7 +21,7 @@ import (
 // the backend and rlproxy's table; ok is false when rlproxy answers
 // alone (no gateway, or a user who may not reach Redis).
 func (s *Server) gatewayCommand(c *client, args []string) (any, bool) {
-	if s.opts.Forward == nil || s.opts.OwnCommandTable || s.forwardable(c, args) != nil {
+	if s.opts.Forward == nil || s.opts.Embedded || s.forwardable(c, args) != nil {
 		return nil, false
 	}
 	sub := ""

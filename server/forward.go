@@ -162,6 +162,11 @@ func (s *Server) forwardable(c *client, args []string) error {
 	if !c.authed {
 		return errNoAuth
 	}
+	if s.opts.Embedded {
+		if err := embeddedLacks(args); err != nil {
+			return err
+		}
+	}
 	u := c.user.Load()
 	if u == nil || u.admin {
 		return nil

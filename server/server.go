@@ -52,10 +52,11 @@ type Options struct {
 	// Forward, when set, is the gateway (passthrough): it runs every
 	// command no table entry owns (forward.go).
 	Forward Forwarder
-	// OwnCommandTable keeps COMMAND rlproxy's own with the gateway on: the
-	// embedded backend's COMMAND is a fixed Redis 5 table that ignores
-	// its subcommands (COMMAND DOCS answers it, which redis-cli rejects).
-	OwnCommandTable bool
+	// Embedded says the gateway's backend is the embedded one: COMMAND
+	// stays rlproxy's own (its COMMAND is a fixed Redis 5 table that
+	// ignores subcommands, and redis-cli rejects that as COMMAND DOCS),
+	// and scripts using a Lua library it lacks are refused (embedded.go).
+	Embedded bool
 	// ForwardBuffer bounds the bytes of forwarded commands' replies
 	// queued for a client that does not read them
 	// (passthrough_client_buffer): past it the client is closed. 0: no

@@ -99,7 +99,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	if gw != nil {
 		o.Forward = forwarder{gw}
 		o.ForwardBuffer, o.ForwardStall = cfg.PassthroughClientBuffer, cfg.PassthroughTimeout
-		o.OwnCommandTable = pool.Embedded()
+		o.Embedded = pool.Embedded()
 	}
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)
 	co := commandOptions(cfg)
