@@ -64,6 +64,9 @@ func (s *Server) connectionCommands() []commands.Command {
 			{Name: "LIST", Arity: -2, Summary: "Describes every connection.", Handler: conn(s.clientList)},
 			{Name: "NO-EVICT", Arity: 3, Summary: "Accepted (ON|OFF) for compatibility: rlproxy evicts no client.", Handler: conn(onOff)},
 			{Name: "NO-TOUCH", Arity: 3, Summary: "Accepted (ON|OFF) for compatibility: rlproxy has no key access times.", Handler: conn(onOff)},
+			{Name: "PAUSE", Arity: -3, Summary: "Refused: pausing clients would hold every limiter's callers.", Handler: conn(notSupported("client|pause"))},
+			{Name: "UNPAUSE", Arity: 2, Summary: "Refused, as CLIENT PAUSE is.", Handler: conn(notSupported("client|unpause"))},
+			{Name: "KILL", Arity: -3, Summary: "Refused: close a connection from its own side, or restart rlproxy.", Handler: conn(notSupported("client|kill"))},
 			{Name: "TRACKING", Arity: -3, Summary: "Accepted (ON|OFF [REDIRECT id] [PREFIX p]... [BCAST] [OPTIN] [OPTOUT] [NOLOOP]): rlproxy has no cacheable reads, so no invalidation ever comes.",
 				Handler: conn(s.clientTracking)},
 			{Name: "CACHING", Arity: 3, Summary: "Accepted (YES|NO) in OPTIN/OPTOUT tracking mode.", Handler: conn(s.clientCaching)},
@@ -387,4 +390,12 @@ func (s *Server) commandList(*client, []string) (any, error) {
 		out = append(out, strings.ToLower(cmd.Name))
 	}
 	return out, nil
+}
+
+// notSupported refuses a subcommand rlproxy does not offer, as the
+// gateway contract words it.
+func notSupported(name string) func(*client, []string) (any, error) {
+	return func(*client, []string) (any, error) {
+		return nil, fmt.Errorf("ERR '%s' is not supported by rlproxy", name)
+	}
 }

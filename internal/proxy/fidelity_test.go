@@ -259,3 +259,15 @@ func TestGatewayCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestClientRefusals: CLIENT PAUSE, UNPAUSE and KILL are refused in the
+// contract's words (the clients are rlproxy's, not the backend's);
+// NO-EVICT and NO-TOUCH are accepted.
+func TestClientRefusals(t *testing.T) {
+	h := start(t, passthroughOn)
+	h.Do(t, "CLIENT", "PAUSE", "10").Err("ERR 'client|pause' is not supported by rlproxy")
+	h.Do(t, "CLIENT", "UNPAUSE").Err("ERR 'client|unpause' is not supported by rlproxy")
+	h.Do(t, "CLIENT", "KILL", "ID", "1").Err("ERR 'client|kill' is not supported by rlproxy")
+	h.Do(t, "CLIENT", "NO-EVICT", "on").Equal("OK")
+	h.Do(t, "CLIENT", "NO-TOUCH", "off").Equal("OK")
+}
