@@ -367,15 +367,18 @@ func TestNamesExplicitAnywhere(t *testing.T) {
 func TestGenerationHashUpkeep(t *testing.T) {
 	r := newRig(t)
 	const genMs = 3600001
-	const conf = "#rl:{policies}:s:u1.3600001p 3600001 u1 10 3600000 10"
+	// 10 per second: a state lives at most 1 s, so it goes into the
+	// generation alive unless that ends within a second (skipped below).
+	const conf = "#rl:{policies}:s:u1.3600001p 3600001 u1 10 1000 10"
 	script := r.scripts.Names(limiter.Config{Algo: limiter.TokenBucket}, false)
-	gen := func() int64 {
+	genIn := func(d time.Duration) int64 { // the generation alive d from now
 		tm, err := r.rdb.Time(t.Context()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tm.UnixMilli()/genMs + 1
+		return tm.Add(d).UnixMilli()/genMs + 1
 	}
+	gen := func() int64 { return genIn(0) }
 	hash := func(g int64) string { return fmt.Sprintf("rl:{policies}:s:u1.3600001p:%d", g) }
 	for round := range 3 {
 		g := gen()
@@ -396,8 +399,8 @@ func TestGenerationHashUpkeep(t *testing.T) {
 				}
 			}
 		}
-		if gen() != g {
-			continue // a generation ended meanwhile (once an hour)
+		if gen() != g || gen() != genIn(2*time.Second) {
+			continue // a generation ends about now (once an hour)
 		}
 		if n, _ := r.rdb.Exists(t.Context(), hash(g-1)).Result(); n != 0 {
 			t.Errorf("round %d: the previous generation is still there", round)

@@ -18,7 +18,7 @@ import (
 )
 
 // helmBinary finds helm: make test installs it (Makefile deps); a plain
-// `go test ./...` without it skips, unless RLPROXY_REQUIRE_TOOLS is set.
+// `go test ./...` without it skips, unless RLPROXY_REQUIRE_CLIENT_CHECKS is set (make test sets it).
 func helmBinary(t *testing.T) string {
 	path, err := exec.LookPath("helm")
 	if err == nil {
@@ -31,7 +31,7 @@ func helmBinary(t *testing.T) string {
 	if _, err := os.Stat(gobin); err == nil {
 		return gobin
 	}
-	if os.Getenv("RLPROXY_REQUIRE_TOOLS") != "" {
+	if os.Getenv("RLPROXY_REQUIRE_CLIENT_CHECKS") != "" {
 		t.Fatal("helm is not installed (make deps installs it)")
 	}
 	t.Skip("helm is not installed (make deps installs it)")
