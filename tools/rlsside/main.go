@@ -118,14 +118,8 @@ func startRef(bin, redisAddr string, configs []string) (*proc, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	for _, f := range configs {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
-			return nil, err
-		}
+	if err := copyConfigs(dir, configs); err != nil {
+		return nil, err
 	}
 	port := freePort()
 	env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr, "RUNTIME_ROOT=" + root,
@@ -144,14 +138,8 @@ func startRlproxy(bin, redisAddr string, configs []string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range configs {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
-			return nil, err
-		}
+	if err := copyConfigs(dir, configs); err != nil {
+		return nil, err
 	}
 	port := freePort()
 	return startProc(fmt.Sprintf("127.0.0.1:%d", port), nil, bin, "--listen", "127.0.0.1:0",
@@ -205,4 +193,18 @@ func short(c pb.RateLimitResponse_Code) string {
 		return "OVER"
 	}
 	return c.String()
+}
+
+// copyConfigs copies the config files into dir, where a server reads them.
+func copyConfigs(dir string, configs []string) error {
+	for _, f := range configs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
