@@ -435,6 +435,53 @@ func rlsNoOverAdmission(t *testing.T, u0, u1 string, backend func(*config.Config
 	}
 }
 
+// A request of one descriptor (most are) takes RL.ACQUIRE's own path:
+// 40 callers through 4 proxies never over-admit it, and the limiter's
+// use equals the grants; once it is exhausted, a proxy answers it from
+// the deny cache without asking Redis again.
+func TestRLSLoneDescriptor(t *testing.T) {
+	srv := redistest.StartServer(t)
+	const rules = "domain: bench\ndescriptors:\n  - key: all\n    value: x\n    rate_limit: {unit: day, requests_per_unit: 70}\n"
+	var hs []*harness
+	var clients []pb.RateLimitServiceClient
+	for range 4 {
+		h, c := startRLSProxy(t, srv, rules, func(c *config.Config) { c.BackendTimeout = 10 * time.Second })
+		hs, clients = append(hs, h), append(clients, c)
+	}
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				if should(t, clients[i%4], desc("all=x")).OverallCode == pb.RateLimitResponse_OK {
+					granted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if g, used := granted.Load(), 70-hs[0].Do(t, "RL.AVAILABLE", "bench:all=x").Int(); g > 70 || used != g {
+		t.Fatalf("granted %d of 200 (limit 70), the limiter used %d", g, used)
+	}
+	fromCache := func() int {
+		n, _ := strconv.Atoi(infoField(t, hs[0], "Limiters", "denied_from_cache"))
+		return n
+	}
+	before := fromCache()
+	for range 5 {
+		if r := should(t, clients[0], desc("all=x")); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("exhausted, got %s", verdict(r))
+		}
+	}
+	// The first denial may come from Redis (another proxy's denials are
+	// not known here); the rest are remembered.
+	if after := fromCache(); after-before < 4 {
+		t.Fatalf("denied_from_cache %d -> %d: the deny cache did not answer", before, after)
+	}
+}
+
 // With tls_listen set, the service is TLS with the same certificates,
 // client certificates required when tls_client_ca_file is set.
 func TestRLSTLS(t *testing.T) {

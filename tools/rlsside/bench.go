@@ -15,6 +15,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 )
 
 // benchRules: limits high enough that every decision is a grant, so both
@@ -42,10 +43,25 @@ var loads = []load{
 // round is one timed run of one service.
 type round struct {
 	perSec, redisUsPerDecision, p50, p99 float64 // p50, p99 in ms
-	errors                               int64
+	// From INFO commandstats: Redis commands per decision, and Redis's
+	// µs inside commands per decision (the rest of its CPU is I/O).
+	callsPerDecision, cmdUsPerDecision float64
+	errors                             int64
+	errorKinds                         map[string]int64 // gRPC code and message: how many
 }
 
-func bench(refBin, rlpBin string, rounds, callers int, length time.Duration) error {
+// refTimeout is envoyproxy/ratelimit's REDIS_TIMEOUT default; rlproxy
+// gets the same backend_timeout here (its own default, 500ms, fails a
+// decision whose Redis stalls longer: a starved machine's Redis does).
+const refTimeout = "10s"
+
+// service is one gRPC server under test.
+type service struct {
+	name  string
+	conns []pb.RateLimitServiceClient
+}
+
+func bench(refBin, rlpBin, beforeBin string, rounds, callers int, length time.Duration) error {
 	red, rc, err := startRedis()
 	if err != nil {
 		return err
@@ -64,52 +80,77 @@ func bench(refBin, rlpBin string, rounds, callers int, length time.Duration) err
 		return err
 	}
 	defer ref.stop()
-	rlp, err := startRlproxy(rlpBin, red.addr, []string{file})
-	if err != nil {
-		return err
+	addrs := []struct{ name, addr string }{{"envoyproxy/ratelimit", ref.addr}}
+	for _, b := range []struct{ name, bin string }{{"rlproxy", rlpBin}, {"rlproxy (before)", beforeBin}} {
+		if b.bin == "" {
+			continue
+		}
+		p, err := startRlproxy(b.bin, red.addr, []string{file}, "--backend-timeout", refTimeout)
+		if err != nil {
+			return err
+		}
+		defer p.stop()
+		addrs = append(addrs, struct{ name, addr string }{b.name, p.addr})
 	}
-	defer rlp.stop()
-	services := []struct {
-		name string
-		addr string
-	}{{"envoyproxy/ratelimit", ref.addr}, {"rlproxy", rlp.addr}}
-	conns := map[string][]pb.RateLimitServiceClient{}
-	for _, s := range services {
+	var services []service
+	for _, a := range addrs {
+		s := service{name: a.name}
 		for range 4 { // a few HTTP/2 connections, as Envoy's pool keeps
-			c, cc, err := dial(s.addr)
+			c, cc, err := dial(a.addr)
 			if err != nil {
 				return err
 			}
 			defer cc.Close()
-			conns[s.name] = append(conns[s.name], c)
+			s.conns = append(s.conns, c)
 		}
+		services = append(services, s)
 	}
-	fmt.Printf("%d callers, %s rounds, %d interleaved rounds per service, one redis-server\n\n", callers, length, rounds)
-	fmt.Println("| load | service | decisions/s | Redis µs/decision | p50 ms | p99 ms | errors |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Printf("%d callers, %s rounds, %d interleaved rounds per service (order rotating), one redis-server\n\n", callers, length, rounds)
+	fmt.Println("| load | service | decisions/s | Redis CPU µs/decision | Redis commands/decision | µs in commands/decision | p50 ms | p99 ms | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, l := range loads {
-		got := map[string][]round{}
-		for range rounds {
-			for _, s := range services {
-				got[s.name] = append(got[s.name], run(conns[s.name], rc, l, callers, length))
+		got := make([][]round, len(services))
+		for r := range rounds {
+			for k := range services {
+				i := (k + r) % len(services)
+				got[i] = append(got[i], run(services[i].conns, rc, l, callers, length))
 			}
 		}
-		for _, s := range services {
-			m := median(got[s.name])
-			fmt.Printf("| %s | %s | %.0f | %.2f | %.2f | %.2f | %d |\n", l.name, s.name, m.perSec, m.redisUsPerDecision, m.p50, m.p99, m.errors)
+		ms := make([]round, len(services))
+		for i, s := range services {
+			m := median(got[i])
+			ms[i] = m
+			fmt.Printf("| %s | %s | %.0f | %.2f | %.3f | %.2f | %.2f | %.2f | %d |\n", l.name, s.name,
+				m.perSec, m.redisUsPerDecision, m.callsPerDecision, m.cmdUsPerDecision, m.p50, m.p99, m.errors)
+			for k, n := range m.errorKinds {
+				fmt.Fprintf(os.Stderr, "%s, %s: %d errors %s\n", l.name, s.name, n, k)
+			}
 		}
-		a, b := median(got[services[0].name]), median(got[services[1].name])
-		fmt.Printf("| %s | rlproxy / ratelimit | %.2f× | %.2f× | | | |\n", l.name, b.perSec/a.perSec, b.redisUsPerDecision/a.redisUsPerDecision)
+		for i := 1; i < len(services); i++ {
+			fmt.Printf("| %s | %s / ratelimit | %.2f× | %.2f× | | | | | |\n", l.name, services[i].name,
+				ms[i].perSec/ms[0].perSec, ms[i].redisUsPerDecision/ms[0].redisUsPerDecision)
+		}
+		for i, s := range services {
+			fmt.Fprintf(os.Stderr, "%s, %s rounds (decisions/s, Redis µs/decision):", l.name, s.name)
+			for _, r := range got[i] {
+				fmt.Fprintf(os.Stderr, " %.0f/%.2f", r.perSec, r.redisUsPerDecision)
+			}
+			fmt.Fprintln(os.Stderr)
+		}
 	}
 	return nil
 }
 
 // run loads one service for length with callers, each calling in a loop.
 func run(conns []pb.RateLimitServiceClient, rc *redis.Client, l load, callers int, length time.Duration) round {
-	cpu0 := redisCPU(rc)
+	cpu0, calls0, us0 := redisCPU(rc), 0.0, 0.0
+	if st, err := redisCommands(rc); err == nil {
+		calls0, us0 = st.calls, st.usec
+	}
 	var mu sync.Mutex
 	var lat []time.Duration
 	var errs int64
+	kinds := map[string]int64{}
 	var wg sync.WaitGroup
 	end := time.Now().Add(length)
 	start := time.Now()
@@ -129,6 +170,9 @@ func run(conns []pb.RateLimitServiceClient, rc *redis.Client, l load, callers in
 				cancel()
 				if err != nil {
 					bad++
+					mu.Lock()
+					kinds[errorKind(err)]++
+					mu.Unlock()
 					continue
 				}
 				mine = append(mine, time.Since(t))
@@ -141,13 +185,54 @@ func run(conns []pb.RateLimitServiceClient, rc *redis.Client, l load, callers in
 	wg.Wait()
 	took := time.Since(start)
 	cpu := redisCPU(rc) - cpu0
+	cmds, _ := redisCommands(rc)
 	slices.Sort(lat)
 	n := float64(len(lat))
 	if n == 0 {
-		return round{errors: errs}
+		return round{errors: errs, errorKinds: kinds}
 	}
 	at := func(q float64) float64 { return float64(lat[int(q*(n-1))].Microseconds()) / 1000 }
-	return round{perSec: n / took.Seconds(), redisUsPerDecision: cpu * 1e6 / n, p50: at(0.5), p99: at(0.99), errors: errs}
+	return round{perSec: n / took.Seconds(), redisUsPerDecision: cpu * 1e6 / n, p50: at(0.5), p99: at(0.99), errors: errs, errorKinds: kinds,
+		callsPerDecision: (cmds.calls - calls0) / n, cmdUsPerDecision: (cmds.usec - us0) / n}
+}
+
+// commandStats are Redis's totals over every command since its start.
+type commandStats struct{ calls, usec float64 }
+
+// redisCommands sums INFO commandstats (cmdstat_x:calls=N,usec=U,...).
+func redisCommands(rc *redis.Client) (commandStats, error) {
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	var st commandStats
+	for _, line := range strings.Split(info, "\r\n") {
+		_, fields, ok := strings.Cut(line, ":")
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") || !ok {
+			continue
+		}
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			x, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				st.calls += x
+			case "usec":
+				st.usec += x
+			}
+		}
+	}
+	return st, err
+}
+
+// errorKind is an error's gRPC code and message (numbers dropped, so
+// alike errors count together).
+func errorKind(err error) string {
+	s := status.Convert(err)
+	msg := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return '#'
+		}
+		return r
+	}, s.Message())
+	return s.Code().String() + ": " + msg
 }
 
 // redisCPU is the seconds of CPU redis-server has used (user + system).
@@ -178,14 +263,21 @@ func median(rs []round) round {
 		return v[len(v)/2]
 	}
 	var errs int64
+	kinds := map[string]int64{}
 	for _, r := range rs {
 		errs += r.errors
+		for k, n := range r.errorKinds {
+			kinds[k] += n
+		}
 	}
 	return round{
 		perSec:             pick(func(r round) float64 { return r.perSec }),
 		redisUsPerDecision: pick(func(r round) float64 { return r.redisUsPerDecision }),
 		p50:                pick(func(r round) float64 { return r.p50 }),
 		p99:                pick(func(r round) float64 { return r.p99 }),
+		callsPerDecision:   pick(func(r round) float64 { return r.callsPerDecision }),
+		cmdUsPerDecision:   pick(func(r round) float64 { return r.cmdUsPerDecision }),
 		errors:             errs,
+		errorKinds:         kinds,
 	}
 }

@@ -3,7 +3,7 @@
 // gRPC client.
 //
 //	rlsside compare -ref ratelimit -rlproxy rlproxy CONFIG.yaml...
-//	rlsside bench -ref ratelimit -rlproxy rlproxy [-rounds 5 -callers 50 -time 5s]
+//	rlsside bench -ref ratelimit -rlproxy rlproxy [-before rlproxy-old] [-rounds 5 -callers 50 -time 5s]
 //
 // compare sends each config a request sequence made from its rules to
 // both services and prints a table of their answers (overall code, each
@@ -38,6 +38,7 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	ref := fs.String("ref", "ratelimit", "envoyproxy/ratelimit's binary (src/service_cmd)")
 	rlp := fs.String("rlproxy", "rlproxy", "rlproxy's binary")
+	before := fs.String("before", "", "bench: an earlier rlproxy binary, measured in the same rounds")
 	rounds := fs.Int("rounds", 5, "bench: rounds per service")
 	callers := fs.Int("callers", 50, "bench: concurrent callers")
 	length := fs.Duration("time", 5*time.Second, "bench: length of a round")
@@ -47,7 +48,7 @@ func main() {
 	case "compare":
 		err = compare(*ref, *rlp, fs.Args())
 	case "bench":
-		err = bench(*ref, *rlp, *rounds, *callers, *length)
+		err = bench(*ref, *rlp, *before, *rounds, *callers, *length)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -132,8 +133,9 @@ func startRef(bin, redisAddr string, configs []string) (*proc, error) {
 	return startProc(fmt.Sprintf("127.0.0.1:%d", port), env, bin)
 }
 
-// startRlproxy starts rlproxy serving the configs (in one folder) on redisAddr.
-func startRlproxy(bin, redisAddr string, configs []string) (*proc, error) {
+// startRlproxy starts rlproxy serving the configs (in one folder) on
+// redisAddr, with extra flags.
+func startRlproxy(bin, redisAddr string, configs []string, extra ...string) (*proc, error) {
 	dir, err := os.MkdirTemp("", "rlsside")
 	if err != nil {
 		return nil, err
@@ -142,9 +144,10 @@ func startRlproxy(bin, redisAddr string, configs []string) (*proc, error) {
 		return nil, err
 	}
 	port := freePort()
-	return startProc(fmt.Sprintf("127.0.0.1:%d", port), nil, bin, "--listen", "127.0.0.1:0",
-		"--backend", "redis://"+redisAddr, "--rls-listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--rls-config", dir, "--rls-response-headers", "--log-level", "warn")
+	args := append([]string{"--listen", "127.0.0.1:0",
+		"--backend", "redis://" + redisAddr, "--rls-listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--rls-config", dir, "--rls-response-headers", "--log-level", "warn"}, extra...)
+	return startProc(fmt.Sprintf("127.0.0.1:%d", port), nil, bin, args...)
 }
 
 // dial connects to a service and waits until it answers.
