@@ -395,29 +395,11 @@ func TestRLSNoOverAdmissionCluster(t *testing.T) {
 // all=x (70 a day over both).
 func rlsNoOverAdmission(t *testing.T, u0, u1 string, backend func(*config.Config)) {
 	const rules = "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 50}\n  - key: all\n    value: x\n    rate_limit: {unit: day, requests_per_unit: 70}\n"
-	var hs []*harness
-	var clients []pb.RateLimitServiceClient
-	for range 4 {
-		// A slow shared machine must not open the breaker: this test is about races.
-		h, c := startRLSProxy(t, nil, rules, backend, func(c *config.Config) { c.BackendTimeout = 10 * time.Second })
-		hs, clients = append(hs, h), append(clients, c)
-	}
+	hs, clients := fourRLSProxies(t, rules, backend)
 	users := []string{u0, u1}
-	var granted atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 40 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 10 {
-				r := should(t, clients[i%4], desc("user="+users[i%2]), desc("all=x"))
-				if r.OverallCode == pb.RateLimitResponse_OK {
-					granted.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	g := rlsRace(t, clients, 10, func(i int) []*rlv3.RateLimitDescriptor {
+		return []*rlv3.RateLimitDescriptor{desc("user=" + users[i%2]), desc("all=x")}
+	})
 	used := func(name string) int64 {
 		limit := int64(50)
 		if name == "bench:all=x" {
@@ -425,7 +407,6 @@ func rlsNoOverAdmission(t *testing.T, u0, u1 string, backend func(*config.Config
 		}
 		return limit - hs[0].Do(t, "RL.AVAILABLE", name).Int()
 	}
-	g := granted.Load()
 	t.Logf("granted %d of 400 (limit 70)", g)
 	if g > 70 {
 		t.Fatalf("over-admission: %d granted, limit 70", g)
@@ -435,6 +416,38 @@ func rlsNoOverAdmission(t *testing.T, u0, u1 string, backend func(*config.Config
 	}
 }
 
+// fourRLSProxies starts 4 proxies serving rules on the backend the tweak sets.
+func fourRLSProxies(t *testing.T, rules string, backend func(*config.Config)) ([]*harness, []pb.RateLimitServiceClient) {
+	var hs []*harness
+	var clients []pb.RateLimitServiceClient
+	for range 4 {
+		// A slow shared machine must not open the breaker: these tests are about races.
+		h, c := startRLSProxy(t, nil, rules, backend, func(c *config.Config) { c.BackendTimeout = 10 * time.Second })
+		hs, clients = append(hs, h), append(clients, c)
+	}
+	return hs, clients
+}
+
+// rlsRace runs 40 callers over clients, each sending n requests of the
+// descriptors ds gives caller i, and returns how many were granted.
+func rlsRace(t *testing.T, clients []pb.RateLimitServiceClient, n int, ds func(i int) []*rlv3.RateLimitDescriptor) int64 {
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n {
+				if should(t, clients[i%len(clients)], ds(i)...).OverallCode == pb.RateLimitResponse_OK {
+					granted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return granted.Load()
+}
+
 // A request of one descriptor (most are) takes RL.ACQUIRE's own path:
 // 40 callers through 4 proxies never over-admit it, and the limiter's
 // use equals the grants; once it is exhausted, a proxy answers it from
@@ -442,27 +455,9 @@ func rlsNoOverAdmission(t *testing.T, u0, u1 string, backend func(*config.Config
 func TestRLSLoneDescriptor(t *testing.T) {
 	srv := redistest.StartServer(t)
 	const rules = "domain: bench\ndescriptors:\n  - key: all\n    value: x\n    rate_limit: {unit: day, requests_per_unit: 70}\n"
-	var hs []*harness
-	var clients []pb.RateLimitServiceClient
-	for range 4 {
-		h, c := startRLSProxy(t, srv, rules, func(c *config.Config) { c.BackendTimeout = 10 * time.Second })
-		hs, clients = append(hs, h), append(clients, c)
-	}
-	var granted atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 40 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 5 {
-				if should(t, clients[i%4], desc("all=x")).OverallCode == pb.RateLimitResponse_OK {
-					granted.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if g, used := granted.Load(), 70-hs[0].Do(t, "RL.AVAILABLE", "bench:all=x").Int(); g > 70 || used != g {
+	hs, clients := fourRLSProxies(t, rules, func(c *config.Config) { c.Backends = []string{srv.URL()} })
+	g := rlsRace(t, clients, 5, func(int) []*rlv3.RateLimitDescriptor { return []*rlv3.RateLimitDescriptor{desc("all=x")} })
+	if used := 70 - hs[0].Do(t, "RL.AVAILABLE", "bench:all=x").Int(); g > 70 || used != g {
 		t.Fatalf("granted %d of 200 (limit 70), the limiter used %d", g, used)
 	}
 	fromCache := func() int {
