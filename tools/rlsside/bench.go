@@ -46,8 +46,10 @@ type round struct {
 	// From INFO commandstats: Redis commands per decision, and Redis's
 	// µs inside commands per decision (the rest of its CPU is I/O).
 	callsPerDecision, cmdUsPerDecision float64
-	errors                             int64
-	errorKinds                         map[string]int64 // gRPC code and message: how many
+	// CPU µs per decision of the service's process and of this load tool.
+	serverUs, toolUs float64
+	errors           int64
+	errorKinds       map[string]int64 // gRPC code and message: how many
 }
 
 // refTimeout is envoyproxy/ratelimit's REDIS_TIMEOUT default; rlproxy
@@ -58,15 +60,25 @@ const refTimeout = "10s"
 // service is one gRPC server under test.
 type service struct {
 	name  string
+	pid   int
 	conns []pb.RateLimitServiceClient
 }
 
-func bench(refBin, rlpBin, beforeBin string, rounds, callers int, length time.Duration) error {
+func bench(refBin, rlpBin, beforeBin string, rounds, callers, redisCPUPercent int, length time.Duration) error {
 	red, rc, err := startRedis()
 	if err != nil {
 		return err
 	}
-	defer red.stop()
+	uncap := func() {}
+	defer func() { red.stop(); uncap() }() // the cgroup goes once Redis has
+	capped := "uncapped"
+	if redisCPUPercent > 0 {
+		if uncap, err = capCPU(red.cmd.Process.Pid, redisCPUPercent); err != nil {
+			uncap = func() {}
+			return err
+		}
+		capped = fmt.Sprintf("capped at %d%% of a core", redisCPUPercent)
+	}
 	dir, err := os.MkdirTemp("", "rlsside")
 	if err != nil {
 		return err
@@ -80,7 +92,11 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers int, length time.Du
 		return err
 	}
 	defer ref.stop()
-	addrs := []struct{ name, addr string }{{"envoyproxy/ratelimit", ref.addr}}
+	type started struct {
+		name string
+		p    *proc
+	}
+	procs := []started{{"envoyproxy/ratelimit", ref}}
 	for _, b := range []struct{ name, bin string }{{"rlproxy", rlpBin}, {"rlproxy (before)", beforeBin}} {
 		if b.bin == "" {
 			continue
@@ -90,13 +106,13 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers int, length time.Du
 			return err
 		}
 		defer p.stop()
-		addrs = append(addrs, struct{ name, addr string }{b.name, p.addr})
+		procs = append(procs, started{b.name, p})
 	}
 	var services []service
-	for _, a := range addrs {
-		s := service{name: a.name}
+	for _, p := range procs {
+		s := service{name: p.name, pid: p.p.cmd.Process.Pid}
 		for range 4 { // a few HTTP/2 connections, as Envoy's pool keeps
-			c, cc, err := dial(a.addr)
+			c, cc, err := dial(p.p.addr)
 			if err != nil {
 				return err
 			}
@@ -105,29 +121,29 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers int, length time.Du
 		}
 		services = append(services, s)
 	}
-	fmt.Printf("%d callers, %s rounds, %d interleaved rounds per service (order rotating), one redis-server\n\n", callers, length, rounds)
-	fmt.Println("| load | service | decisions/s | Redis CPU µs/decision | Redis commands/decision | µs in commands/decision | p50 ms | p99 ms | errors |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Printf("%d callers, %s rounds, %d interleaved rounds per service (order rotating), one redis-server (%s)\n\n", callers, length, rounds, capped)
+	fmt.Println("| load | service | decisions/s | Redis CPU µs/decision | Redis commands/decision | µs in commands/decision | service CPU µs/decision | load tool CPU µs/decision | p50 ms | p99 ms | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, l := range loads {
 		got := make([][]round, len(services))
 		for r := range rounds {
 			for k := range services {
 				i := (k + r) % len(services)
-				got[i] = append(got[i], run(services[i].conns, rc, l, callers, length))
+				got[i] = append(got[i], run(services[i], rc, l, callers, length))
 			}
 		}
 		ms := make([]round, len(services))
 		for i, s := range services {
 			m := median(got[i])
 			ms[i] = m
-			fmt.Printf("| %s | %s | %.0f | %.2f | %.3f | %.2f | %.2f | %.2f | %d |\n", l.name, s.name,
-				m.perSec, m.redisUsPerDecision, m.callsPerDecision, m.cmdUsPerDecision, m.p50, m.p99, m.errors)
+			fmt.Printf("| %s | %s | %.0f | %.2f | %.3f | %.2f | %.1f | %.1f | %.2f | %.2f | %d |\n", l.name, s.name,
+				m.perSec, m.redisUsPerDecision, m.callsPerDecision, m.cmdUsPerDecision, m.serverUs, m.toolUs, m.p50, m.p99, m.errors)
 			for k, n := range m.errorKinds {
 				fmt.Fprintf(os.Stderr, "%s, %s: %d errors %s\n", l.name, s.name, n, k)
 			}
 		}
 		for i := 1; i < len(services); i++ {
-			fmt.Printf("| %s | %s / ratelimit | %.2f× | %.2f× | | | | | |\n", l.name, services[i].name,
+			fmt.Printf("| %s | %s / ratelimit | %.2f× | %.2f× | | | | | | | |\n", l.name, services[i].name,
 				ms[i].perSec/ms[0].perSec, ms[i].redisUsPerDecision/ms[0].redisUsPerDecision)
 		}
 		for i, s := range services {
@@ -142,7 +158,9 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers int, length time.Du
 }
 
 // run loads one service for length with callers, each calling in a loop.
-func run(conns []pb.RateLimitServiceClient, rc *redis.Client, l load, callers int, length time.Duration) round {
+func run(s service, rc *redis.Client, l load, callers int, length time.Duration) round {
+	conns := s.conns
+	server0, tool0 := procCPU(s.pid), procCPU(os.Getpid())
 	cpu0, calls0, us0 := redisCPU(rc), 0.0, 0.0
 	if st, err := redisCommands(rc); err == nil {
 		calls0, us0 = st.calls, st.usec
@@ -186,6 +204,7 @@ func run(conns []pb.RateLimitServiceClient, rc *redis.Client, l load, callers in
 	took := time.Since(start)
 	cpu := redisCPU(rc) - cpu0
 	cmds, _ := redisCommands(rc)
+	server, tool := procCPU(s.pid)-server0, procCPU(os.Getpid())-tool0
 	slices.Sort(lat)
 	n := float64(len(lat))
 	if n == 0 {
@@ -193,7 +212,51 @@ func run(conns []pb.RateLimitServiceClient, rc *redis.Client, l load, callers in
 	}
 	at := func(q float64) float64 { return float64(lat[int(q*(n-1))].Microseconds()) / 1000 }
 	return round{perSec: n / took.Seconds(), redisUsPerDecision: cpu * 1e6 / n, p50: at(0.5), p99: at(0.99), errors: errs, errorKinds: kinds,
-		callsPerDecision: (cmds.calls - calls0) / n, cmdUsPerDecision: (cmds.usec - us0) / n}
+		callsPerDecision: (cmds.calls - calls0) / n, cmdUsPerDecision: (cmds.usec - us0) / n,
+		serverUs: server * 1e6 / n, toolUs: tool * 1e6 / n}
+}
+
+// capCPU puts a process in a cgroup (v1 cpu controller, or v2 cpu.max)
+// that gives it percent of one core, as tools/bench/lib.sh's cap_cpu
+// does; the returned func removes the cgroup once the process is gone.
+func capCPU(pid, percent int) (func(), error) {
+	quota := strconv.Itoa(percent * 100) // of a 10 ms period
+	var dir string
+	var files [][2]string
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"); err == nil {
+		dir = fmt.Sprintf("/sys/fs/cgroup/cpu/rlsside-%d", os.Getpid())
+		files = [][2]string{{"cpu.cfs_period_us", "10000"}, {"cpu.cfs_quota_us", quota}, {"tasks", strconv.Itoa(pid)}}
+	} else {
+		dir = fmt.Sprintf("/sys/fs/cgroup/rlsside-%d", os.Getpid())
+		files = [][2]string{{"cpu.max", quota + " 10000"}, {"cgroup.procs", strconv.Itoa(pid)}}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("capping Redis's CPU needs a writable cgroup cpu controller (root): %w", err)
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0o644); err != nil {
+			os.Remove(dir) //nolint:errcheck // best effort
+			return nil, err
+		}
+	}
+	return func() { os.Remove(dir) }, nil //nolint:errcheck // best effort: gone with its last process
+}
+
+// procCPU is the seconds of CPU a process has used (user + system), from
+// /proc (0 where there is none).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command's ")": state is the 3rd field, utime the 14th.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // clock ticks (USER_HZ, 100 on Linux)
 }
 
 // commandStats are Redis's totals over every command since its start.
@@ -277,6 +340,8 @@ func median(rs []round) round {
 		p99:                pick(func(r round) float64 { return r.p99 }),
 		callsPerDecision:   pick(func(r round) float64 { return r.callsPerDecision }),
 		cmdUsPerDecision:   pick(func(r round) float64 { return r.cmdUsPerDecision }),
+		serverUs:           pick(func(r round) float64 { return r.serverUs }),
+		toolUs:             pick(func(r round) float64 { return r.toolUs }),
 		errors:             errs,
 		errorKinds:         kinds,
 	}

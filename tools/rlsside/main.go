@@ -3,7 +3,7 @@
 // gRPC client.
 //
 //	rlsside compare -ref ratelimit -rlproxy rlproxy CONFIG.yaml...
-//	rlsside bench -ref ratelimit -rlproxy rlproxy [-before rlproxy-old] [-rounds 5 -callers 50 -time 5s]
+//	rlsside bench -ref ratelimit -rlproxy rlproxy [-before rlproxy-old] [-redis-cpu 10] [-rounds 5 -callers 50 -time 5s]
 //
 // compare sends each config a request sequence made from its rules to
 // both services and prints a table of their answers (overall code, each
@@ -41,6 +41,7 @@ func main() {
 	before := fs.String("before", "", "bench: an earlier rlproxy binary, measured in the same rounds")
 	rounds := fs.Int("rounds", 5, "bench: rounds per service")
 	callers := fs.Int("callers", 50, "bench: concurrent callers")
+	redisCPU := fs.Int("redis-cpu", 0, "bench: cap redis-server at this percent of one core (cgroup; 0: no cap)")
 	length := fs.Duration("time", 5*time.Second, "bench: length of a round")
 	fs.Parse(os.Args[2:]) //nolint:errcheck // ExitOnError
 	var err error
@@ -48,7 +49,7 @@ func main() {
 	case "compare":
 		err = compare(*ref, *rlp, fs.Args())
 	case "bench":
-		err = bench(*ref, *rlp, *before, *rounds, *callers, *length)
+		err = bench(*ref, *rlp, *before, *rounds, *callers, *redisCPU, *length)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
