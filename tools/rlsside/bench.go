@@ -43,9 +43,11 @@ var loads = []load{
 // round is one timed run of one service.
 type round struct {
 	perSec, redisUsPerDecision, p50, p99 float64 // p50, p99 in ms
-	// From INFO commandstats: Redis commands per decision, and Redis's
-	// µs inside commands per decision (the rest of its CPU is I/O).
-	callsPerDecision, cmdUsPerDecision float64
+	// From INFO commandstats, per decision: script calls (EVAL, EVALSHA)
+	// and Redis's µs in them, other commands and their µs. Commandstats
+	// counts the commands a script runs too (their µs are also in the
+	// script's): rlproxy's other commands are nearly all inside its scripts.
+	scriptCalls, scriptUs, otherCalls, otherUs float64
 	// CPU µs per decision of the service's process and of this load tool.
 	serverUs, toolUs float64
 	errors           int64
@@ -108,6 +110,12 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers, redisCPUPercent in
 		defer p.stop()
 		procs = append(procs, started{b.name, p})
 	}
+	floor, err := startFloor()
+	if err != nil {
+		return err
+	}
+	defer floor.stop()
+	procs = append(procs, started{"floor: gRPC answering OK, no Redis", floor})
 	var services []service
 	for _, p := range procs {
 		s := service{name: p.name, pid: p.p.cmd.Process.Pid}
@@ -122,7 +130,7 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers, redisCPUPercent in
 		services = append(services, s)
 	}
 	fmt.Printf("%d callers, %s rounds, %d interleaved rounds per service (order rotating), one redis-server (%s)\n\n", callers, length, rounds, capped)
-	fmt.Println("| load | service | decisions/s | Redis CPU µs/decision | Redis commands/decision | µs in commands/decision | service CPU µs/decision | load tool CPU µs/decision | p50 ms | p99 ms | errors |")
+	fmt.Println("| load | service | decisions/s | Redis CPU µs/decision | script calls / µs per decision | other commands / µs per decision | service CPU µs/decision | load tool CPU µs/decision | p50 ms | p99 ms | errors |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, l := range loads {
 		got := make([][]round, len(services))
@@ -136,8 +144,8 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers, redisCPUPercent in
 		for i, s := range services {
 			m := median(got[i])
 			ms[i] = m
-			fmt.Printf("| %s | %s | %.0f | %.2f | %.3f | %.2f | %.1f | %.1f | %.2f | %.2f | %d |\n", l.name, s.name,
-				m.perSec, m.redisUsPerDecision, m.callsPerDecision, m.cmdUsPerDecision, m.serverUs, m.toolUs, m.p50, m.p99, m.errors)
+			fmt.Printf("| %s | %s | %.0f | %.2f | %.3f / %.2f | %.2f / %.2f | %.1f | %.1f | %.2f | %.2f | %d |\n", l.name, s.name,
+				m.perSec, m.redisUsPerDecision, m.scriptCalls, m.scriptUs, m.otherCalls, m.otherUs, m.serverUs, m.toolUs, m.p50, m.p99, m.errors)
 			for k, n := range m.errorKinds {
 				fmt.Fprintf(os.Stderr, "%s, %s: %d errors %s\n", l.name, s.name, n, k)
 			}
@@ -161,10 +169,7 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers, redisCPUPercent in
 func run(s service, rc *redis.Client, l load, callers int, length time.Duration) round {
 	conns := s.conns
 	server0, tool0 := procCPU(s.pid), procCPU(os.Getpid())
-	cpu0, calls0, us0 := redisCPU(rc), 0.0, 0.0
-	if st, err := redisCommands(rc); err == nil {
-		calls0, us0 = st.calls, st.usec
-	}
+	cpu0, cmds0 := redisCPU(rc), redisCommands(rc)
 	var mu sync.Mutex
 	var lat []time.Duration
 	var errs int64
@@ -203,7 +208,7 @@ func run(s service, rc *redis.Client, l load, callers int, length time.Duration)
 	wg.Wait()
 	took := time.Since(start)
 	cpu := redisCPU(rc) - cpu0
-	cmds, _ := redisCommands(rc)
+	cmds := redisCommands(rc)
 	server, tool := procCPU(s.pid)-server0, procCPU(os.Getpid())-tool0
 	slices.Sort(lat)
 	n := float64(len(lat))
@@ -212,7 +217,8 @@ func run(s service, rc *redis.Client, l load, callers int, length time.Duration)
 	}
 	at := func(q float64) float64 { return float64(lat[int(q*(n-1))].Microseconds()) / 1000 }
 	return round{perSec: n / took.Seconds(), redisUsPerDecision: cpu * 1e6 / n, p50: at(0.5), p99: at(0.99), errors: errs, errorKinds: kinds,
-		callsPerDecision: (cmds.calls - calls0) / n, cmdUsPerDecision: (cmds.usec - us0) / n,
+		scriptCalls: (cmds.scripts.calls - cmds0.scripts.calls) / n, scriptUs: (cmds.scripts.usec - cmds0.scripts.usec) / n,
+		otherCalls: (cmds.other.calls - cmds0.other.calls) / n, otherUs: (cmds.other.usec - cmds0.other.usec) / n,
 		serverUs: server * 1e6 / n, toolUs: tool * 1e6 / n}
 }
 
@@ -259,30 +265,36 @@ func procCPU(pid int) float64 {
 	return (ut + st) / 100 // clock ticks (USER_HZ, 100 on Linux)
 }
 
-// commandStats are Redis's totals over every command since its start.
-type commandStats struct{ calls, usec float64 }
+// commandStats are Redis's totals since its start, scripts (EVAL,
+// EVALSHA) and other commands (INFO left out) apart.
+type commandStats struct{ scripts, other struct{ calls, usec float64 } }
 
-// redisCommands sums INFO commandstats (cmdstat_x:calls=N,usec=U,...).
-func redisCommands(rc *redis.Client) (commandStats, error) {
-	info, err := rc.Info(context.Background(), "commandstats").Result()
+// redisCommands sums INFO commandstats (cmdstat_x:calls=N,usec=U,...);
+// zero when Redis does not answer.
+func redisCommands(rc *redis.Client) commandStats {
+	info, _ := rc.Info(context.Background(), "commandstats").Result()
 	var st commandStats
 	for _, line := range strings.Split(info, "\r\n") {
-		_, fields, ok := strings.Cut(line, ":")
-		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") || !ok {
+		name, fields, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") || name == "info" {
 			continue
+		}
+		sum := &st.other
+		if name == "eval" || name == "evalsha" {
+			sum = &st.scripts
 		}
 		for _, f := range strings.Split(fields, ",") {
 			k, v, _ := strings.Cut(f, "=")
 			x, _ := strconv.ParseFloat(v, 64)
 			switch k {
 			case "calls":
-				st.calls += x
+				sum.calls += x
 			case "usec":
-				st.usec += x
+				sum.usec += x
 			}
 		}
 	}
-	return st, err
+	return st
 }
 
 // errorKind is an error's gRPC code and message (numbers dropped, so
@@ -338,8 +350,10 @@ func median(rs []round) round {
 		redisUsPerDecision: pick(func(r round) float64 { return r.redisUsPerDecision }),
 		p50:                pick(func(r round) float64 { return r.p50 }),
 		p99:                pick(func(r round) float64 { return r.p99 }),
-		callsPerDecision:   pick(func(r round) float64 { return r.callsPerDecision }),
-		cmdUsPerDecision:   pick(func(r round) float64 { return r.cmdUsPerDecision }),
+		scriptCalls:        pick(func(r round) float64 { return r.scriptCalls }),
+		scriptUs:           pick(func(r round) float64 { return r.scriptUs }),
+		otherCalls:         pick(func(r round) float64 { return r.otherCalls }),
+		otherUs:            pick(func(r round) float64 { return r.otherUs }),
 		serverUs:           pick(func(r round) float64 { return r.serverUs }),
 		toolUs:             pick(func(r round) float64 { return r.toolUs }),
 		errors:             errs,

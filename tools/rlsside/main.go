@@ -9,7 +9,8 @@
 // both services and prints a table of their answers (overall code, each
 // descriptor's code, limit and remaining). bench measures throughput,
 // latency and Redis CPU per decision for a hot descriptor and for 10,000
-// values of one descriptor, in interleaved rounds, and prints medians.
+// values of one descriptor, in interleaved rounds, and prints medians,
+// beside a floor: a gRPC server answering OK without Redis (floor.go).
 package main
 
 import (
@@ -31,6 +32,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "floor" {
+		if err := serveFloor(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "rlsside floor:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: rlsside compare|bench -ref BIN -rlproxy BIN ...")
 		os.Exit(2)
