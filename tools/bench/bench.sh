@@ -18,6 +18,7 @@
 # run), BENCH_GO (1: also run the Go benchmarks), BENCH_MEMORY (1: also
 # tools/bench/memory.sh: the proxy's RSS per limiter, Redis's memory per policy
 # name), BENCH_OUT (bench-results),
+# BENCH_RLS_REF (envoyproxy/ratelimit's binary: also run tools/rlsside bench),
 # BENCH_RLPROXY (a prebuilt rlproxy binary to measure instead of this
 # tree's: the same suite on an older version, for before/after tables).
 # The Redis-bound runs (capped-*) need a writable cgroup cpu controller
@@ -253,6 +254,19 @@ if [ "${BENCH_GO:-1}" = 1 ]; then
 	say "bench: sharding's under-admission under saturating load (TestShardUnderAdmission, about 20 s)"
 	RLPROXY_MEASURE=1 $GO test -count=1 -run='^TestShardUnderAdmission$' -v ./internal/proxy |
 		grep -v '^redis: ' | tee "$OUT/under-admission.txt"
+fi
+
+# rlproxy's rate limit service against envoyproxy/ratelimit on one Redis,
+# the same gRPC load, beside a gRPC server that answers OK without Redis
+# (tools/rlsside bench prints its own table). Only when BENCH_RLS_REF names
+# envoyproxy/ratelimit's binary: the Go module proxy refuses that module,
+# so build it from its repository (git clone, then in it
+# `go build -o ratelimit ./src/service_cmd`; measured at f2fb157).
+if [ -n "${BENCH_RLS_REF:-}" ]; then
+	say "bench: rate limit service vs envoyproxy/ratelimit (tools/rlsside bench)"
+	(cd tools && $GO build -o "$work/rlsside" ./rlsside)
+	"$work/rlsside" bench -ref "$BENCH_RLS_REF" -rlproxy "$work/rlproxy" -rounds "$((ROUNDS * 2 + 1))" |
+		tee "$OUT/rls.txt"
 fi
 
 # The gateway (passthrough) against Redis direct, with redis-benchmark's
