@@ -386,6 +386,11 @@ func (ld *loader) own(rf map[string]*yaml.Node, l *Limit) error {
 		if !slices.Contains(limiter.Algos, l.Algo) || l.Algo == limiter.Concurrency {
 			return ld.fail(rf["algo"], "unknown algo '%s' (token-bucket, sliding-log, sliding-window, fixed-window or leaky-bucket)", algo)
 		}
+		// Only the fixed window counts calendar months (calendar.lua);
+		// any other algorithm would take a month as 30.44 days, silently.
+		if l.Unit == pb.RateLimitResponse_RateLimit_MONTH && l.Algo != limiter.FixedWindow {
+			return ld.fail(rf["algo"], "unit 'month' is a calendar month, which only algo fixed-window counts (%s would count 30.44-day spans): use fixed-window, or unit day or week", algo)
+		}
 	}
 	burst, err := ld.integer(rf, "burst", 1<<40)
 	if err != nil {
