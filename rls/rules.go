@@ -82,16 +82,17 @@ var unitLength = map[pb.RateLimitResponse_RateLimit_Unit]time.Duration{
 
 // Load reads a file, or every .yaml/.yml file of a folder (in name
 // order). A bad file is an error that names the file, the line and the
-// reason; nothing of it is kept.
+// reason; nothing of it is kept. (An unreadable one is os's error, which
+// names the file.)
 func Load(path string) (*Rules, error) {
 	files := []string{path}
 	if st, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("rls_config: %w", err)
+		return nil, err
 	} else if st.IsDir() {
 		files = nil
 		entries, err := os.ReadDir(path)
 		if err != nil {
-			return nil, fmt.Errorf("rls_config: %w", err)
+			return nil, err
 		}
 		for _, e := range entries {
 			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
@@ -103,7 +104,7 @@ func Load(path string) (*Rules, error) {
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("rls_config: %w", err)
+			return nil, err
 		}
 		if err := r.add(f, data); err != nil {
 			return nil, err

@@ -35,7 +35,27 @@ func loadRLS(cfg config.Config) (*rls.Rules, error) {
 	if cfg.RLSListen == "" {
 		return nil, nil
 	}
-	return rls.Load(cfg.RLSConfig)
+	return loadRules(cfg.RLSConfig)
+}
+
+func loadRules(path string) (*rls.Rules, error) {
+	r, err := rls.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("rls_config: %w", err)
+	}
+	return r, nil
+}
+
+// CheckRLS is --check-config's look at rls_config (when set): its files
+// load, or the first bad one's file, line and reason.
+func CheckRLS(cfg config.Config) []string {
+	if cfg.RLSConfig == "" {
+		return nil
+	}
+	if _, err := loadRules(cfg.RLSConfig); err != nil {
+		return []string{err.Error()}
+	}
+	return nil
 }
 
 // newRLS makes the service (nil without rls_listen); serve starts it.
