@@ -42,6 +42,9 @@ type Limit struct {
 	// Exact is the limiter name when there is only one (every value on the
 	// way exact; "" otherwise).
 	Exact string
+	// path is the rule's place: its entries with "*" for each value that
+	// is not exact ("d:org=*:team=red"); a reload compares rules by it.
+	path string
 
 	current *pb.RateLimitResponse_RateLimit // current_limit in replies
 }
