@@ -41,8 +41,8 @@ type yamlDescriptor struct {
 // step is one request of a sequence.
 type step struct {
 	descs []string // each descriptor as "k=v,k2=v2"
-	unit  string   // the shortest unit among them, for aligning to windows
-	pair  bool     // part of a pair's steps: where all or nothing differs
+	unit  string   // the shortest unit of its group, for aligning to windows
+	first bool     // the first of a group that must fall in one window
 }
 
 // sequence makes a config's requests: each limited descriptor until past its limit,
@@ -93,24 +93,25 @@ func sequence(file string) (domain string, steps []step, err error) {
 		}
 	}
 	walk("", root.Descriptors)
-	for _, p := range paths {
-		for range p.n {
-			steps = append(steps, step{descs: []string{p.entries}, unit: p.unit})
+	group := func(unit string, ds ...[]string) {
+		for i, d := range ds {
+			steps = append(steps, step{descs: d, unit: unit, first: i == 0})
 		}
 	}
-	// Pairs: a descriptor past its limit (from above) with one of fresh
-	// values, twice, then the fresh one alone: envoyproxy/ratelimit
-	// counts the fresh one although the request is over the limit.
+	for _, p := range paths {
+		group(p.unit, slices.Repeat([][]string{{p.entries}}, p.n)...)
+	}
+	// Pairs, in one window: a descriptor taken past its limit, then with
+	// one of fresh values, twice, then the fresh one alone:
+	// envoyproxy/ratelimit counts the fresh one although the request is
+	// over the limit.
 	for i := 0; i+1 < len(paths); i++ {
 		a, b := paths[i], paths[i+1]
 		if b.fresh == "" {
 			continue
 		}
-		unit := shorter(a.unit, b.unit)
-		steps = append(steps,
-			step{descs: []string{a.entries, b.fresh}, unit: unit, pair: true},
-			step{descs: []string{a.entries, b.fresh}, unit: unit, pair: true},
-			step{descs: []string{b.fresh}, unit: unit, pair: true})
+		pair := []string{a.entries, b.fresh}
+		group(shorter(a.unit, b.unit), append(slices.Repeat([][]string{{a.entries}}, a.n), pair, pair, []string{b.fresh})...)
 	}
 	return root.Domain, steps, nil
 }
@@ -138,14 +139,16 @@ func descs(ds ...string) []*rlv3.RateLimitDescriptor {
 }
 
 // alignWindow waits, before a sequence step, so that a short window does
-// not end between the two services' answers: into a fresh second for a
-// per-second limit, out of a minute's last seconds for a per-minute one.
-func alignWindow(unit string, first bool) {
+// not end within a group of steps or between the two services' answers:
+// a group of per-second steps starts in a fresh second, one of per-minute
+// steps not in a minute's last 15 seconds, and no per-minute step in its
+// last 2.
+func alignWindow(s step) {
 	now := time.Now()
 	switch {
-	case unit == "second" && first:
+	case s.unit == "second" && s.first:
 		time.Sleep(time.Second - time.Duration(now.Nanosecond()) + 20*time.Millisecond)
-	case unit == "minute" && now.Second() >= 58:
+	case s.unit == "minute" && (now.Second() >= 58 || (s.first && now.Second() >= 45)):
 		time.Sleep(time.Duration(60-now.Second())*time.Second + 20*time.Millisecond)
 	}
 }
@@ -291,8 +294,8 @@ func compareSteps(label, domain string, steps []step, refAddr, rlpAddr string) (
 	}
 	defer rlpcc.Close()
 	uncounted := map[string]bool{}
-	for i, s := range steps {
-		alignWindow(s.unit, i == 0 || (!s.pair && strings.Join(steps[i-1].descs, "|") != strings.Join(s.descs, "|")) || (s.pair && len(s.descs) == 2 && !steps[i-1].pair) || (s.pair && len(steps[i-1].descs) == 1))
+	for _, s := range steps {
+		alignWindow(s)
 		req := &pb.RateLimitRequest{Domain: domain, Descriptors: descs(s.descs...)}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		a := reply(refc.ShouldRateLimit(ctx, req))
@@ -457,9 +460,10 @@ processes per config, over every rate limit config in envoyproxy/ratelimit's
 repository. Each config is first checked by both (envoyproxy/ratelimit's
 `+"`config_check_cmd`"+`, `+"`rlproxy --check-config`"+`); the configs both load
 get a request sequence made from their rules: each limited descriptor
-until past its limit, then pairs of a descriptor past its limit with one
-of fresh values, twice, then the fresh one alone. Every request goes to
-both services back to back.
+until past its limit; then, for each two neighbouring rules, within one
+window: the first taken past its limit, then with the second (fresh
+values) twice, then the second alone. Every request goes to both
+services back to back.
 
 An answer is the overall code; then per descriptor its code, its limit
 (requests/unit) and its remaining (`+"`limit_remaining`"+`).
