@@ -59,9 +59,11 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParsePolicy$$' -fuzztime=$(FUZZTIME) ./commands
 
 # The performance suite: rlproxy vs direct Redis side by side, every
-# target of the performance issue, the chart, then the Go benchmarks.
+# target of the performance issue, the chart, then the Go benchmarks;
+# with RLS_REF_SRC set, the answers against envoyproxy/ratelimit too.
 bench: deps
 	GO=$(GO) bash tools/bench/bench.sh
+	@[ -z "$(RLS_REF_SRC)" ] || $(MAKE) envoy-compare
 
 # Answer by answer against envoyproxy/ratelimit (docs/envoy-compare.md):
 # both on one redis-server over every rate limit config in its source tree
