@@ -171,16 +171,21 @@ func findConfigs(src string) ([]string, error) {
 	return out, err
 }
 
-// checkBoth reports whether each service accepts a config, and the first line
-// of its reason when it does not: envoyproxy/ratelimit's config checker
-// (src/config_check_cmd) and rlproxy --check-config.
-func checkBoth(o compareOptions, file string) (refWhy, rlpWhy string, err error) {
-	dir, err := os.MkdirTemp("", "rlsside")
+// checkBoth reports whether each service accepts configs (one folder of
+// them), and the first line of its reason when it does not:
+// envoyproxy/ratelimit's config checker (src/config_check_cmd) and
+// rlproxy --check-config.
+func checkBoth(o compareOptions, files []string) (refWhy, rlpWhy string, err error) {
+	tmp, err := os.MkdirTemp("", "rlsside")
 	if err != nil {
 		return "", "", err
 	}
-	defer os.RemoveAll(dir)
-	if err := copyConfigs(dir, []string{file}); err != nil {
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, "rules")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	if err := copyConfigs(dir, files); err != nil {
 		return "", "", err
 	}
 	out, _ := exec.Command(o.refCheck, "-config_dir", dir).CombinedOutput()
@@ -193,12 +198,11 @@ func checkBoth(o compareOptions, file string) (refWhy, rlpWhy string, err error)
 			}
 		}
 		if refWhy == "" {
-			return "", "", fmt.Errorf("%s: the reference's config checker said: %s", file, out)
+			return "", "", fmt.Errorf("%s: the reference's config checker said: %s", files, out)
 		}
 	}
-	main := filepath.Join(dir, "rlproxy.yaml")
-	rules := filepath.Join(dir, filepath.Base(file))
-	if err := os.WriteFile(main, []byte("rls_listen: 127.0.0.1:0\nrls_config: "+rules+"\n"), 0o644); err != nil {
+	main := filepath.Join(tmp, "rlproxy.yaml")
+	if err := os.WriteFile(main, []byte("rls_listen: 127.0.0.1:0\nrls_config: "+dir+"\n"), 0o644); err != nil {
 		return "", "", err
 	}
 	out, _ = exec.Command(o.rlproxy, "--check-config", main).CombinedOutput()
@@ -230,12 +234,18 @@ func compare(o compareOptions) error {
 	}
 	defer red.stop()
 	var pg page
+	// Configs that load alone, by folder and domain: a domain in several
+	// files of one folder is checked as that folder too.
+	shared := struct {
+		keys  []string
+		files map[string][]string
+	}{files: map[string][]string{}}
 	for _, file := range o.configs {
 		label := filepath.Base(file)
 		if o.src != "" {
 			label, _ = filepath.Rel(o.src, file)
 		}
-		refWhy, rlpWhy, err := checkBoth(o, file)
+		refWhy, rlpWhy, err := checkBoth(o, []string{file})
 		if err != nil {
 			return err
 		}
@@ -247,6 +257,11 @@ func compare(o compareOptions) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", file, err)
 		}
+		key := filepath.Dir(label) + " (domain " + domain + ")"
+		if !slices.Contains(shared.keys, key) {
+			shared.keys = append(shared.keys, key)
+		}
+		shared.files[key] = append(shared.files[key], file)
 		rc.FlushAll(context.Background())
 		ref, err := startRef(o.ref, red.addr, []string{file})
 		if err != nil {
@@ -264,6 +279,15 @@ func compare(o compareOptions) error {
 			return err
 		}
 		pg.tables = append(pg.tables, t)
+	}
+	for _, key := range shared.keys {
+		if files := shared.files[key]; len(files) > 1 {
+			refWhy, rlpWhy, err := checkBoth(o, files)
+			if err != nil {
+				return err
+			}
+			pg.refused = append(pg.refused, refusal{fmt.Sprintf("%s: its %d files in one folder", key, len(files)), refWhy, rlpWhy})
+		}
 	}
 	w := io.Writer(os.Stdout)
 	if o.out != "" {
@@ -489,12 +513,14 @@ exits 1).
 		fmt.Fprintf(w, "| [%s](#%s) | %d | %d | %d | %d |\n", t.config, anchor(t.config), len(t.rows), n[same], n[allOrNone], n[unexplained])
 	}
 	if len(p.refused) > 0 {
-		fmt.Fprintf(w, "\n## Configs refused\n\nNo request is sent: the first line of each one's reason.\n\n")
+		fmt.Fprintf(w, "\n## Configs refused\n\nNo request is sent: the first line of each one's reason. Last, the configs\nof one domain in one folder, each of which loads alone (the reference's\n`MERGE_DOMAIN_CONFIG` is off by default).\n\n")
 		fmt.Fprintln(w, "| config | envoyproxy/ratelimit | rlproxy | verdict |")
 		fmt.Fprintln(w, "|---|---|---|---|")
 		for _, r := range p.refused {
 			verdict := "both refuse"
 			switch {
+			case r.ref == "" && r.rlp == "":
+				verdict = "both load"
 			case r.ref == "" && refusedByContract(r.rlp):
 				verdict = "rlproxy refuses: not supported (contract)"
 			case (r.ref == "") != (r.rlp == ""):
