@@ -59,9 +59,28 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParsePolicy$$' -fuzztime=$(FUZZTIME) ./commands
 
 # The performance suite: rlproxy vs direct Redis side by side, every
-# target of the performance issue, the chart, then the Go benchmarks.
+# target of the performance issue, the chart, then the Go benchmarks;
+# with RLS_REF_SRC set, the answers against envoyproxy/ratelimit too.
 bench: deps
 	GO=$(GO) bash tools/bench/bench.sh
+	@[ -z "$(RLS_REF_SRC)" ] || $(MAKE) envoy-compare
+
+# Answer by answer against envoyproxy/ratelimit (docs/envoy-compare.md):
+# both on one redis-server over every rate limit config in its source tree
+# RLS_REF_SRC (a checkout of envoyproxy/ratelimit at RLS_REF_REV), which is
+# built here (minutes). Fails when an answer differs where the contract
+# does not say why. Not in `test`: it needs that checkout and its build.
+RLS_REF_REV ?= f2fb157
+RLS_BUILD ?= $(CURDIR)/bench-results/envoy-compare
+.PHONY: envoy-compare
+envoy-compare:
+	@[ -n "$(RLS_REF_SRC)" ] || { echo "envoy-compare: set RLS_REF_SRC to a checkout of envoyproxy/ratelimit at $(RLS_REF_REV)"; exit 1; }
+	mkdir -p $(RLS_BUILD)
+	$(GO) build -o $(RLS_BUILD)/rlproxy ./cmd/rlproxy
+	cd tools && $(GO) build -o $(RLS_BUILD)/rlsside ./rlsside
+	cd $(RLS_REF_SRC) && $(GO) build -o $(RLS_BUILD)/ratelimit ./src/service_cmd && $(GO) build -o $(RLS_BUILD)/config_check ./src/config_check_cmd
+	$(RLS_BUILD)/rlsside compare -ref $(RLS_BUILD)/ratelimit -ref-check $(RLS_BUILD)/config_check -rlproxy $(RLS_BUILD)/rlproxy \
+		-src $(RLS_REF_SRC) -rev $(RLS_REF_REV) -out docs/envoy-compare.md
 
 # The README's picture of the five algorithms (and a limiter with two
 # limits) under one bursty load: about

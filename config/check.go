@@ -14,6 +14,7 @@ import (
 // problem, each naming its key; none means the file is fine.
 type Checked struct {
 	Problems []string
+	Config   Config // the config as read: what a caller checks further (rls_config)
 }
 
 func (c *Checked) Error() string {
@@ -27,7 +28,7 @@ func (c *Checked) Error() string {
 // --check-config. On top of what Load validates, it parses the TLS files,
 // which otherwise only fail when rlproxy starts or reloads.
 func check(c Config, err error) *Checked {
-	var out Checked
+	out := Checked{Config: c}
 	var add func(error)
 	add = func(err error) {
 		if j, ok := err.(interface{ Unwrap() []error }); ok {

@@ -43,7 +43,13 @@ type Limiters struct {
 	L *ratelimit.Limiters
 
 	mu   sync.Mutex
-	made map[string]time.Time // names made on first use, and when
+	made map[string]made // names made on first use
+}
+
+// made is when a name's limiter was made on first use, and by which rule.
+type made struct {
+	at    time.Time
+	limit *Limit
 }
 
 // maxMade bounds the names remembered as made; past it they are made again.
@@ -216,9 +222,9 @@ func (d *Limiters) make(ctx context.Context, a Ask) error {
 	if err == nil && a.Limit.Exact == "" {
 		d.mu.Lock()
 		if d.made == nil || len(d.made) >= maxMade {
-			d.made = map[string]time.Time{}
+			d.made = map[string]made{}
 		}
-		d.made[a.Name] = time.Now()
+		d.made[a.Name] = made{time.Now(), a.Limit}
 		d.mu.Unlock()
 	}
 	return err
@@ -228,13 +234,14 @@ func (d *Limiters) make(ctx context.Context, a Ask) error {
 // at least a minute.
 func madeTTL(window time.Duration) time.Duration { return max(2*window, time.Minute) }
 
-// madeRecently reports whether a's limiter was made within half its TTL
-// (so it has not expired since).
+// madeRecently reports whether a's limiter was made by a's rule (not one
+// of the rules before a reload) within half its TTL (so it has not
+// expired since).
 func (d *Limiters) madeRecently(a Ask) bool {
 	d.mu.Lock()
-	at, ok := d.made[a.Name]
+	m, ok := d.made[a.Name]
 	d.mu.Unlock()
-	return ok && time.Since(at) < madeTTL(a.Limit.Config().Interval)/2
+	return ok && m.limit == a.Limit && time.Since(m.at) < madeTTL(a.Limit.Config().Interval)/2
 }
 
 // Install makes the limiters of every rule that has one name or one

@@ -72,6 +72,7 @@ func (n *node) add(key, value string) (*node, error) {
 // in matching). Anything else has no common prefix: each name gets an
 // explicit limiter on its first use (decide.go).
 func (n *node) name(l *Limit) {
+	l.path = n.prefix
 	if n.static {
 		l.Exact = n.prefix
 		return

@@ -42,6 +42,9 @@ type Limit struct {
 	// Exact is the limiter name when there is only one (every value on the
 	// way exact; "" otherwise).
 	Exact string
+	// path is the rule's place: its entries with "*" for each value that
+	// is not exact ("d:org=*:team=red"); a reload compares rules by it.
+	path string
 
 	current *pb.RateLimitResponse_RateLimit // current_limit in replies
 }
@@ -82,16 +85,17 @@ var unitLength = map[pb.RateLimitResponse_RateLimit_Unit]time.Duration{
 
 // Load reads a file, or every .yaml/.yml file of a folder (in name
 // order). A bad file is an error that names the file, the line and the
-// reason; nothing of it is kept.
+// reason; nothing of it is kept. (An unreadable one is os's error, which
+// names the file.)
 func Load(path string) (*Rules, error) {
 	files := []string{path}
 	if st, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("rls_config: %w", err)
+		return nil, err
 	} else if st.IsDir() {
 		files = nil
 		entries, err := os.ReadDir(path)
 		if err != nil {
-			return nil, fmt.Errorf("rls_config: %w", err)
+			return nil, err
 		}
 		for _, e := range entries {
 			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
@@ -103,7 +107,7 @@ func Load(path string) (*Rules, error) {
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("rls_config: %w", err)
+			return nil, err
 		}
 		if err := r.add(f, data); err != nil {
 			return nil, err
@@ -385,6 +389,11 @@ func (ld *loader) own(rf map[string]*yaml.Node, l *Limit) error {
 		l.Algo = limiter.Algo(algo)
 		if !slices.Contains(limiter.Algos, l.Algo) || l.Algo == limiter.Concurrency {
 			return ld.fail(rf["algo"], "unknown algo '%s' (token-bucket, sliding-log, sliding-window, fixed-window or leaky-bucket)", algo)
+		}
+		// Only the fixed window counts calendar months (calendar.lua);
+		// any other algorithm would take a month as 30.44 days, silently.
+		if l.Unit == pb.RateLimitResponse_RateLimit_MONTH && l.Algo != limiter.FixedWindow {
+			return ld.fail(rf["algo"], "unit 'month' is a calendar month, which only algo fixed-window counts (%s would count 30.44-day spans): use fixed-window, or unit day or week", algo)
 		}
 	}
 	burst, err := ld.integer(rf, "burst", 1<<40)

@@ -132,6 +132,32 @@ func TestLoadBadFiles(t *testing.T) {
 	}
 }
 
+// unit: month is a calendar month, which only the fixed window counts:
+// a rate_limit pairing it with another algo is refused at its algo line.
+func TestMonthOnlyFixedWindow(t *testing.T) {
+	for _, algo := range limiter.Algos {
+		if algo == limiter.Concurrency {
+			continue
+		}
+		yaml := "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: month\n      requests_per_unit: 1\n      algo: " + string(algo) + "\n"
+		r, err := Parse("f.yaml", []byte(yaml))
+		if algo == limiter.FixedWindow {
+			if err != nil || r.Limits()[0].Config().Interval != limiter.Month {
+				t.Errorf("fixed-window by the month: %v", err)
+			}
+			continue
+		}
+		want := "f.yaml:7: unit 'month' is a calendar month, which only algo fixed-window counts (" + string(algo)
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s by the month:\n got %v\nwant %s", algo, err, want)
+		}
+		// The same algo by the week is fine.
+		if _, err := Parse("f.yaml", []byte(strings.Replace(yaml, "month", "week", 1))); err != nil {
+			t.Errorf("%s by the week: %v", algo, err)
+		}
+	}
+}
+
 // A folder loads each .yaml file; one domain in two files is refused.
 func TestLoadFolder(t *testing.T) {
 	dir := t.TempDir()

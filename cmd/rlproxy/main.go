@@ -53,11 +53,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var checked *config.Checked
 	switch {
 	case errors.As(err, &checked): // --check-config
-		if len(checked.Problems) == 0 {
+		problems := append(checked.Problems, proxy.CheckRLS(checked.Config)...)
+		if len(problems) == 0 {
 			fmt.Fprintln(stdout, "ok")
 			return 0
 		}
-		for _, problem := range checked.Problems {
+		for _, problem := range problems {
 			fmt.Fprintln(stdout, problem)
 		}
 		return 1

@@ -150,3 +150,34 @@ users:
 		t.Errorf("the log shows a backend's password:\n%s", p.log())
 	}
 }
+
+// --check-config loads rls_config too: a bad rate limit config is one
+// problem line with its file, line and reason, and exit 1.
+func TestBinaryCheckConfigRLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rules := writeFile(t, dir, "rules.yaml", "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
+	main := writeFile(t, dir, "rlproxy.yaml", fmt.Sprintf("rls_listen: 127.0.0.1:0\nrls_config: %s\n", rules))
+	if out, code := checkConfig(t, main); code != 0 || out != "ok\n" {
+		t.Errorf("good rls_config: exit %d, output %q; want 0 and ok", code, out)
+	}
+	for _, tc := range []struct{ rules, want string }{
+		{"domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 10\n",
+			"rls_config: " + rules + ":5: invalid rate limit unit 'fortnight'"},
+		{"domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: month, requests_per_unit: 10, algo: sliding-window}\n",
+			"rls_config: " + rules + ":4: unit 'month' is a calendar month, which only algo fixed-window counts"},
+		{"domain: edge\ndescriptors:\n  - key: user\n   value: x\n", "rls_config: " + rules + ":2: bad YAML"},
+	} {
+		writeFile(t, dir, "rules.yaml", tc.rules)
+		out, code := checkConfig(t, main)
+		if code != 1 || strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, tc.want) {
+			t.Errorf("bad rls_config: exit %d, output %q; want 1 and one line beginning %q", code, out, tc.want)
+		}
+	}
+	// A missing file, and problems of the main file beside it: one line each.
+	bad := writeFile(t, dir, "bad.yaml", fmt.Sprintf("max_clients: 0\nrls_listen: 127.0.0.1:0\nrls_config: %s\n", filepath.Join(dir, "none.yaml")))
+	out, code := checkConfig(t, bad)
+	if code != 1 || strings.Count(out, "\n") != 2 || !strings.Contains(out, "max_clients") || !strings.Contains(out, "rls_config: stat "+filepath.Join(dir, "none.yaml")) {
+		t.Errorf("missing rls_config: exit %d, output %q", code, out)
+	}
+}

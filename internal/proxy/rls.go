@@ -23,6 +23,7 @@ type rlsServer struct {
 	decide *rls.Limiters
 	grpc   *grpc.Server
 	ln     net.Listener
+	log    *slog.Logger
 }
 
 // rlsOptions is the service's part of cfg.
@@ -35,7 +36,27 @@ func loadRLS(cfg config.Config) (*rls.Rules, error) {
 	if cfg.RLSListen == "" {
 		return nil, nil
 	}
-	return rls.Load(cfg.RLSConfig)
+	return loadRules(cfg.RLSConfig)
+}
+
+func loadRules(path string) (*rls.Rules, error) {
+	r, err := rls.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("rls_config: %w", err)
+	}
+	return r, nil
+}
+
+// CheckRLS is --check-config's look at rls_config (when set): its files
+// load, or the first bad one's file, line and reason.
+func CheckRLS(cfg config.Config) []string {
+	if cfg.RLSConfig == "" {
+		return nil
+	}
+	if _, err := loadRules(cfg.RLSConfig); err != nil {
+		return []string{err.Error()}
+	}
+	return nil
 }
 
 // newRLS makes the service (nil without rls_listen); serve starts it.
@@ -51,6 +72,7 @@ func newRLS(cfg config.Config, rules *rls.Rules, l *ratelimit.Limiters) *rlsServ
 // the front door's certificates (reloaded with them) when tls_listen is
 // set. The limiters the backends cannot make now are made on first use.
 func (r *rlsServer) serve(ctx context.Context, cfg config.Config, srv *server.Server, log *slog.Logger) error {
+	r.log = log
 	if err := installRules(ctx, r.decide, r.svc.Rules()); err != nil {
 		log.Warn("rls: rate limits not made yet; each is made on its first use", "err", err)
 	}
@@ -98,11 +120,18 @@ func grpcTLS(base *tls.Config) *tls.Config {
 func (r *rlsServer) addr() string { return r.ln.Addr().String() }
 
 // reload puts new rules in force and makes their limiters (those the
-// backends cannot make now are made on first use).
+// backends cannot make now are made on first use), then deletes the
+// limiters of the rules it removed (rls.Limiters.Forget).
 func (r *rlsServer) reload(cfg config.Config, rules *rls.Rules) {
 	r.svc.SetOptions(rlsOptions(cfg))
 	installRules(context.Background(), r.decide, rules) //nolint:errcheck // made on first use
+	old := r.svc.Rules()
 	r.svc.SetRules(rules)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.decide.Forget(ctx, old, rules); err != nil {
+		r.log.Warn("rls: limiters of removed rate limits not all deleted (left in the backend)", "err", err)
+	}
 }
 
 // close stops the service: health answers NOT_SERVING, calls in flight

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -519,5 +520,85 @@ func TestRLSTLS(t *testing.T) {
 	defer cancel()
 	if _, err := pb.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("user=1")}}); err == nil {
 		t.Fatal("a plaintext client was answered")
+	}
+}
+
+// A rule removed from rls_config (then a reload) decides nothing more,
+// and its limiters are deleted from the backend: the explicit limiter
+// and the policy of the rules before, and the limiters made per name.
+// An explicit limiter left behind would outrank the new rules' policy
+// for its name (path=/a below).
+func TestRLSRemovedRuleDeleted(t *testing.T) {
+	srv := redistest.StartServer(t)
+	h, c := startRLSProxy(t, srv, `
+domain: bench
+descriptors:
+  - key: tenant            # an explicit limiter
+    value: acme
+    rate_limit: {unit: day, requests_per_unit: 5}
+  - key: user              # a policy
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: org               # a limiter per name, made on first use
+    descriptors:
+      - key: team
+        value: red
+        rate_limit: {unit: day, requests_per_unit: 2}
+  - key: path              # an explicit limiter, then a policy's name
+    value: /a
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: keep
+    rate_limit: {unit: day, requests_per_unit: 4}
+  - key: grp               # per name; its limit changes
+    descriptors:
+      - key: sub
+        value: x
+        rate_limit: {unit: day, requests_per_unit: 2}
+`)
+	if got := verdict(should(t, c, desc("tenant=acme"), desc("user=42"), desc("org=5", "team=red"), desc("path=/a"), desc("keep=1"), desc("grp=1", "sub=x"))); got != "OK OK/4 OK/2 OK/1 OK/0 OK/3 OK/1" {
+		t.Fatalf("before: %q", got)
+	}
+	removed := []string{"bench:tenant=acme", "bench:user=42", "bench:org=5:team=red"}
+	for _, name := range removed {
+		h.Do(t, "RL.AVAILABLE", name).Int()
+	}
+	next := "domain: bench\ndescriptors:\n  - key: path\n    rate_limit: {unit: day, requests_per_unit: 10}\n  - key: keep\n    rate_limit: {unit: day, requests_per_unit: 4}\n" +
+		"  - key: grp\n    descriptors:\n      - key: sub\n        value: x\n        rate_limit: {unit: day, requests_per_unit: 5}\n"
+	if err := os.WriteFile(h.cfg.RLSConfig, []byte(next), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.proxy.Reload(h.cfg); err != nil {
+		t.Fatal(err)
+	}
+	// No limit for the removed rules; path=/a under the new policy; the
+	// state of the rules kept is kept, grp's under its new limit.
+	if got := verdict(should(t, c, desc("tenant=acme"), desc("user=42"), desc("org=5", "team=red"), desc("path=/a"), desc("keep=1"), desc("grp=1", "sub=x"))); got != "OK OK OK OK OK/9 OK/2 OK/3" {
+		t.Fatalf("after the reload: %q", got)
+	}
+	for _, name := range removed {
+		h.Do(t, "RL.AVAILABLE", name).ErrContains("no such limiter")
+	}
+	// Nothing of them is left in Redis without a TTL.
+	rc := srv.Client(t)
+	var policies []string
+	keys, err := rc.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		ttl, err := rc.PTTL(context.Background(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, gone := range []string{"tenant=acme", "user", "org=5"} {
+			if strings.Contains(k, gone) && ttl < 0 {
+				t.Errorf("key %s of a removed rule lingers without a TTL", k)
+			}
+		}
+		if strings.HasSuffix(k, "{policies}:p") { // the policies (their names' states are beside, with TTLs)
+			policies, _ = rc.HKeys(context.Background(), k).Result()
+		}
+	}
+	if !slices.Contains(policies, "bench:path=*") || slices.ContainsFunc(policies, func(s string) bool { return strings.Contains(s, "user") }) {
+		t.Errorf("policies after the reload: %v; want bench:path=* and no bench:user=*", policies)
 	}
 }

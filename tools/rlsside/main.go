@@ -2,12 +2,15 @@
 // envoyproxy/ratelimit side by side on one redis-server, through the same
 // gRPC client.
 //
-//	rlsside compare -ref ratelimit -rlproxy rlproxy CONFIG.yaml...
+//	rlsside compare -ref ratelimit -ref-check config_check -rlproxy rlproxy [-src DIR -rev REV -out PAGE.md] [CONFIG.yaml...]
 //	rlsside bench -ref ratelimit -rlproxy rlproxy [-before rlproxy-old] [-redis-cpu 10] [-rounds 5 -callers 50 -time 5s]
 //
-// compare sends each config a request sequence made from its rules to
-// both services and prints a table of their answers (overall code, each
-// descriptor's code, limit and remaining). bench measures throughput,
+// compare checks each config (every one in envoyproxy/ratelimit's source
+// tree DIR with -src) with both, sends the configs both load a request
+// sequence made from their rules, and writes a page of their answers
+// (overall code, each descriptor's code, limit and remaining) with a
+// verdict each: docs/envoy-compare.md is its output. It exits 1 when an
+// answer differs where the contract does not say why. bench measures throughput,
 // latency and Redis CPU per decision for a hot descriptor and for 10,000
 // values of one descriptor, in interleaved rounds, and prints medians,
 // beside a floor: a gRPC server answering OK without Redis (floor.go).
@@ -22,7 +25,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -47,6 +49,10 @@ func main() {
 	ref := fs.String("ref", "ratelimit", "envoyproxy/ratelimit's binary (src/service_cmd)")
 	rlp := fs.String("rlproxy", "rlproxy", "rlproxy's binary")
 	before := fs.String("before", "", "bench: an earlier rlproxy binary, measured in the same rounds")
+	refCheck := fs.String("ref-check", "config_check", "compare: envoyproxy/ratelimit's config checker (src/config_check_cmd)")
+	src := fs.String("src", "", "compare: envoyproxy/ratelimit's source tree: compare every config in it")
+	rev := fs.String("rev", "", "compare: the reference's revision, for the page")
+	out := fs.String("out", "", "compare: write the page to this file (default: stdout)")
 	rounds := fs.Int("rounds", 5, "bench: rounds per service")
 	callers := fs.Int("callers", 50, "bench: concurrent callers")
 	redisCPU := fs.Int("redis-cpu", 0, "bench: cap redis-server at this percent of one core (cgroup; 0: no cap)")
@@ -55,7 +61,7 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "compare":
-		err = compare(*ref, *rlp, fs.Args())
+		err = compare(compareOptions{ref: *ref, refCheck: *refCheck, rlproxy: *rlp, src: *src, rev: *rev, out: *out, configs: fs.Args()})
 	case "bench":
 		err = bench(*ref, *rlp, *before, *rounds, *callers, *redisCPU, *length)
 	default:
@@ -179,32 +185,6 @@ func dial(addr string) (pb.RateLimitServiceClient, *grpc.ClientConn, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// answer is a reply in one line: overall code, then each descriptor's
-// code/limit/remaining.
-func answer(r *pb.RateLimitResponse, err error) string {
-	if err != nil {
-		return "error: " + strings.ReplaceAll(err.Error(), "|", "/")
-	}
-	out := []string{short(r.OverallCode)}
-	for _, s := range r.Statuses {
-		a := short(s.Code)
-		if s.CurrentLimit != nil {
-			a += fmt.Sprintf(" %d/%s %d", s.CurrentLimit.RequestsPerUnit, strings.ToLower(s.CurrentLimit.Unit.String()), s.LimitRemaining)
-		} else if s.LimitRemaining != 0 {
-			a += fmt.Sprintf(" %d", s.LimitRemaining)
-		}
-		out = append(out, a)
-	}
-	return strings.Join(out, "; ")
-}
-
-func short(c pb.RateLimitResponse_Code) string {
-	if c == pb.RateLimitResponse_OVER_LIMIT {
-		return "OVER"
-	}
-	return c.String()
 }
 
 // copyConfigs copies the config files into dir, where a server reads them.
