@@ -335,10 +335,10 @@ func compareSteps(label, domain string, steps []step, refAddr, rlpAddr string) (
 type answer struct {
 	err      string
 	overall  string
-	statuses []status
+	statuses []descStatus
 }
 
-type status struct {
+type descStatus struct {
 	code      string
 	limit     string // "10/minute"; "" without a current limit
 	remaining uint32
@@ -350,7 +350,7 @@ func reply(r *pb.RateLimitResponse, err error) answer {
 	}
 	a := answer{overall: short(r.OverallCode)}
 	for _, s := range r.Statuses {
-		st := status{code: short(s.Code), remaining: s.LimitRemaining}
+		st := descStatus{code: short(s.Code), remaining: s.LimitRemaining}
 		if s.CurrentLimit != nil {
 			st.limit = fmt.Sprintf("%d/%s", s.CurrentLimit.RequestsPerUnit, strings.ToLower(s.CurrentLimit.Unit.String()))
 		}
