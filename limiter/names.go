@@ -10,9 +10,11 @@ type NameAsks struct {
 }
 
 // NamesArgs builds the KEYS and ARGV of a names call: conf is a policy's
-// config (ARGV[2], see prelude.lua); every name has as many keys. On a
-// Redis Cluster (crossSlot) only the first name's keys are KEYS, the
-// others go in ARGV: a call may declare the keys of one slot only.
+// config (ARGV[2], see prelude.lua); every name has as many keys. KEYS
+// are every name's config key, then every name's state keys (names.lua
+// takes each group with one command). On a Redis Cluster (crossSlot)
+// only the first name's keys are KEYS, the others go in ARGV, each
+// name's in a row: a call may declare the keys of one slot only.
 func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, args []any) {
 	per := len(names[0].Keys)
 	argKeys := 0 // the other names' keys, in ARGV on a cluster
@@ -23,9 +25,12 @@ func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, ar
 	args[0], args[1], args[2], args[3] = opNames, conf, per, argKeys
 	keys = names[0].Keys
 	if len(names) > 1 && !crossSlot {
-		keys = make([]string, 0, per*len(names))
+		keys = make([]string, len(names), per*len(names))
+		for i, n := range names {
+			keys[i] = n.Keys[0]
+		}
 		for _, n := range names {
-			keys = append(keys, n.Keys...)
+			keys = append(keys, n.Keys[1:]...)
 		}
 	}
 	if crossSlot {
