@@ -1,6 +1,9 @@
 package limiter
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // NameAsks is one name's part of a names call (names.lua): the KEYS of
 // its script (config key, state keys) and its asks, decided in order.
@@ -40,6 +43,9 @@ func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, ar
 			}
 		}
 	}
+	if p, ok := sameSingles(names); ok {
+		return keys, append(args, "*"+strconv.FormatInt(-p, 10))
+	}
 	for _, n := range names {
 		if single(n.Asks) {
 			args = append(args, negated(n.Asks[0].Permits))
@@ -50,6 +56,19 @@ func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, ar
 		args = append(args, runs...)
 	}
 	return keys, args
+}
+
+// sameSingles returns the permits every name asks when each is asked
+// once, not waiting, for as many (most calls): its ARGV is then one
+// value for all names ('*' and the permits negated), not one per name.
+func sameSingles(names []NameAsks) (int64, bool) {
+	p := names[0].Asks[0].Permits
+	for _, n := range names {
+		if !single(n.Asks) || n.Asks[0].Permits != p {
+			return 0, false
+		}
+	}
+	return p, true
 }
 
 // opNames is a names call's op (ARGV[1]): it tells prelude.lua that

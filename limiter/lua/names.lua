@@ -15,7 +15,9 @@
 --          name's as the first name's in KEYS
 -- ARGV[..] per name: its number of runs, then each run as in prelude.lua
 --           (permits, max_wait_ms, count); or, for a name asked once
---           without waiting (the usual case), minus the permits asked, alone
+--           without waiting (the usual case), minus the permits asked, alone;
+--           or, when every name is asked once for as many permits (most
+--           calls), only '*' and those permits negated ('*-1')
 -- Reply: {0, epoch, per name: a name asked once (most names, so the
 --        narrowest reply): a plain grant (granted, no wait) as its
 --        remaining and reset_after_us (remaining >= 0), any other answer
@@ -187,18 +189,25 @@ if inline then
   end0, end1 = gen * gen_ms, (gen + 1) * gen_ms
 end
 
--- Most names ask as many permits (the same ARGV string, which Lua
--- compares as one pointer): tonumber is called once per different one.
+-- Every name asked once for as many permits comes as one ARGV ('*-1'):
+-- a string per name costs Redis about as much as a tenth of its
+-- decision. Otherwise most names still ask as many (the same string,
+-- which Lua compares as one pointer): tonumber is called once per
+-- different one.
+local every = string.byte(ARGV[a]) == 42 and tonumber(string.sub(ARGV[a], 2))
 local arg, arg_n
 local argv = ARGV -- a local: a global's lookup per name counts
 local o = #out
 for c = 1, N do
-  local runs = argv[a] -- below 0: asked once, minus the permits
-  if runs ~= arg then
-    arg, arg_n = runs, tonumber(runs)
+  local runs = every -- below 0: asked once, minus the permits
+  if not runs then
+    runs = argv[a]
+    if runs ~= arg then
+      arg, arg_n = runs, tonumber(runs)
+    end
+    runs = arg_n
+    a = a + 1
   end
-  runs = arg_n
-  a = a + 1
   local v, was -- its state as read and where: 0, 1 or 'long' (inline)
   if inline then
     v, was = first[c + 1], 0

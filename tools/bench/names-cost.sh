@@ -62,6 +62,9 @@ def old_format(d):  # before the names op and the unsuffixed generation length
 def grouped(d):  # KEYS: every name's config key, then every name's state key
     return "every name's config key, then" in open(d + '/names.lua').read()
 
+def every(d):  # one ARGV ('*-1') when every name asks 1
+    return "('*-1')" in open(d + '/names.lua').read()
+
 epoch = 'e1.3600001p'  # 100 per hour, burst 100: generations of an hour
 calls = {}
 calls['floor'] = (r.script_load(open(floor).read()),
@@ -70,11 +73,11 @@ for d in dirs:
     old = old_format(d)
     conf = '#rl:{policies}:s:%s 3600001%s %s 100 3600000 100' % (epoch, 'p' if old else '', epoch)
     op = 'acquire' if old else 'names'
-    def call(sha, ns, conf=conf, op=op, g=grouped(d)):
+    def call(sha, ns, conf=conf, op=op, g=grouped(d), e=every(d)):
         c = ['rl:{user:%012d:0}:c' % n for n in ns]
         s = ['rl:{user:%012d:0}:%s:s' % (n, epoch) for n in ns]
         keys = c + s if g else [k for pair in zip(c, s) for k in pair]
-        return r.evalsha(sha, len(keys), *keys, op, conf, 2, 0, *([-1] * len(ns)))
+        return r.evalsha(sha, len(keys), *keys, op, conf, 2, 0, *(['*-1'] if e else [-1] * len(ns)))
     calls[d] = (r.script_load(names_script(d)), call)
 for name, (sha, call) in calls.items():  # every name has state, as after warm-up
     for i in range(0, 10000, B):
