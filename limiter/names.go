@@ -1,6 +1,9 @@
 package limiter
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // NameAsks is one name's part of a names call (names.lua): the KEYS of
 // its script (config key, state keys) and its asks, decided in order.
@@ -10,9 +13,11 @@ type NameAsks struct {
 }
 
 // NamesArgs builds the KEYS and ARGV of a names call: conf is a policy's
-// config (ARGV[2], see prelude.lua); every name has as many keys. On a
-// Redis Cluster (crossSlot) only the first name's keys are KEYS, the
-// others go in ARGV: a call may declare the keys of one slot only.
+// config (ARGV[2], see prelude.lua); every name has as many keys. KEYS
+// are every name's config key, then every name's state keys (names.lua
+// takes each group with one command). On a Redis Cluster (crossSlot)
+// only the first name's keys are KEYS, the others go in ARGV, each
+// name's in a row: a call may declare the keys of one slot only.
 func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, args []any) {
 	per := len(names[0].Keys)
 	argKeys := 0 // the other names' keys, in ARGV on a cluster
@@ -23,9 +28,12 @@ func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, ar
 	args[0], args[1], args[2], args[3] = opNames, conf, per, argKeys
 	keys = names[0].Keys
 	if len(names) > 1 && !crossSlot {
-		keys = make([]string, 0, per*len(names))
+		keys = make([]string, len(names), per*len(names))
+		for i, n := range names {
+			keys[i] = n.Keys[0]
+		}
 		for _, n := range names {
-			keys = append(keys, n.Keys...)
+			keys = append(keys, n.Keys[1:]...)
 		}
 	}
 	if crossSlot {
@@ -34,6 +42,9 @@ func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, ar
 				args = append(args, k)
 			}
 		}
+	}
+	if p, ok := sameSingles(names); ok {
+		return keys, append(args, "*"+strconv.FormatInt(-p, 10))
 	}
 	for _, n := range names {
 		if single(n.Asks) {
@@ -45,6 +56,19 @@ func NamesArgs(conf string, names []NameAsks, crossSlot bool) (keys []string, ar
 		args = append(args, runs...)
 	}
 	return keys, args
+}
+
+// sameSingles returns the permits every name asks when each is asked
+// once, not waiting, for as many (most calls): its ARGV is then one
+// value for all names ('*' and the permits negated), not one per name.
+func sameSingles(names []NameAsks) (int64, bool) {
+	p := names[0].Asks[0].Permits
+	for _, n := range names {
+		if !single(n.Asks) || n.Asks[0].Permits != p {
+			return 0, false
+		}
+	}
+	return p, true
 }
 
 // opNames is a names call's op (ARGV[1]): it tells prelude.lua that

@@ -618,3 +618,60 @@ func TestPackedStateDecidesAsDecimal(t *testing.T) {
 		})
 	}
 }
+
+// Names whose states cross generations (2 per second, burst 2, in
+// generations of 1,001 ms: a state lasts up to 1 s, so most go into the
+// second generation alive, move on as they grow and are dropped when the
+// generation before the first alive goes) never grant more than the
+// bucket allows, by the backend's clock: in any stretch of d ms a name
+// grants at most 2 + 2d/1000. Names are asked again and again until two
+// generations have ended.
+func TestNamesAcrossGenerations(t *testing.T) {
+	r := newRig(t)
+	const genMs = 1001
+	const conf = "#rl:{policies}:s:x1.1001p 1001 x1 2 1000 2"
+	script := r.scripts.Names(limiter.Config{Algo: limiter.TokenBucket}, false)
+	clock := func() int64 { // µs
+		tm, err := r.rdb.Time(t.Context()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMicro()
+	}
+	var names []limiter.NameAsks
+	for k := range 6 {
+		names = append(names, limiter.NameAsks{Keys: r.open(t, fmt.Sprintf("gen:%d", k), limiter.TokenBucket, "x1").keys(), Asks: []limiter.Ask{ask(1)}})
+	}
+	type grant struct{ from, to int64 } // the call's bounds, µs
+	grants := make([][]grant, len(names))
+	start := clock()
+	for end := (start/1000/genMs + 3) * genMs * 1000; ; {
+		from := clock()
+		reps := r.names(t, script, conf, names, false)
+		to := clock()
+		for k, rep := range reps {
+			if rep.Status != limiter.StatusOK {
+				t.Fatalf("name %d: %+v", k, rep)
+			}
+			if rep.Results[0].Granted {
+				grants[k] = append(grants[k], grant{from, to})
+			}
+		}
+		if from > end {
+			break
+		}
+	}
+	for k, gs := range grants {
+		for i := range gs {
+			for j := i + 1; j < len(gs); j++ {
+				// at most 2 + 2d/1000 grants in d ms, d at its longest
+				if d := gs[j].to - gs[i].from; float64(j-i+1) > 2+2*float64(d)/1e6+1e-6 {
+					t.Fatalf("name %d: %d grants within %d µs (2 + %.2f allowed)", k, j-i+1, d, 2*float64(d)/1e6)
+				}
+			}
+		}
+		if len(gs) < 4 {
+			t.Errorf("name %d: %d grants in %d ms", k, len(gs), (clock()-start)/1000)
+		}
+	}
+}

@@ -45,7 +45,11 @@ type Scripts struct {
 // NewScripts builds every script: each algorithm between the shared
 // prelude and epilogue.
 func NewScripts() *Scripts {
-	prelude, epilogue := lua("calendar.lua")+lua("prelude.lua"), lua("epilogue.lua")
+	prelude, epilogue := lua("prelude.lua"), lua("epilogue.lua")
+	// Only the fixed window (and ALSO, which may hold one) reads the
+	// calendar: defining its functions is a measurable part of a short
+	// call, so the other algorithms' scripts go without.
+	withCalendar := lua("calendar.lua") + prelude
 	s := &Scripts{
 		acquire:         map[Algo]*redis.Script{},
 		multi:           map[Algo]*redis.Script{},
@@ -67,25 +71,28 @@ func NewScripts() *Scripts {
 		LeakyBucket:   "leaky_bucket.lua",
 	}
 	for algo, file := range files {
-		body := lua(file)
+		body, head := lua(file), prelude
+		if algo == FixedWindow {
+			head = withCalendar
+		}
 		if !algo.MultiLimit() {
-			s.acquire[algo] = redis.NewScript(prelude + body + epilogue)
+			s.acquire[algo] = redis.NewScript(head + body + epilogue)
 			continue
 		}
 		// One limit, the common case, runs the algorithm as it is: no
 		// wrapping, no per-call instances (about a quarter cheaper for
 		// Redis). It refuses a config of several limits rather than
 		// enforce only the first.
-		s.acquire[algo] = redis.NewScript(prelude + oneLimit + body + epilogue)
-		s.multi[algo] = redis.NewScript(prelude + wrapLimit(body) + lua("multi.lua") + multiKeys + epilogue)
+		s.acquire[algo] = redis.NewScript(head + oneLimit + body + epilogue)
+		s.multi[algo] = redis.NewScript(head + wrapLimit(body) + lua("multi.lua") + multiKeys + epilogue)
 		// names.lua decides a token bucket's names inline (bucket_names).
 		inline := "local bucket_names = " + strconv.FormatBool(algo == TokenBucket) + "\n"
-		names := prelude + wrapLimit(body) + "local new_multi\n" + inline + lua("names.lua")
-		namesMulti := prelude + wrapLimit(body) + lua("multi.lua") + "local bucket_names = false\n" + lua("names.lua")
+		names := head + wrapLimit(body) + "local new_multi\n" + inline + lua("names.lua")
+		namesMulti := head + wrapLimit(body) + lua("multi.lua") + "local bucket_names = false\n" + lua("names.lua")
 		s.names[algo], s.namesMulti[algo] = redis.NewScript(names), redis.NewScript(namesMulti)
 		s.crossNames[algo], s.crossNamesMulti[algo] = redis.NewScript(crossSlot+names), redis.NewScript(crossSlot+namesMulti)
 	}
-	s.also = newAlso(prelude, files)
+	s.also = newAlso(withCalendar, files)
 	// The semaphore has ops of its own (no epilogue); it answers peek as
 	// the others do, so RL.AVAILABLE reads it the same way.
 	s.acquire[Concurrency] = redis.NewScript(prelude + lua("concurrency.lua"))

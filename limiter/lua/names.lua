@@ -5,15 +5,19 @@
 -- burst, KEYS), and for a policy of several limits multi.lua's new_multi
 -- (nil otherwise; see scripts.go).
 --
--- KEYS     per name, ARGV[3] keys: its config key, then its state keys;
---          on a Redis Cluster the first name's only (below)
+-- KEYS     every name's config key, then every name's state keys (ARGV[3]
+--          keys per name in all); on a Redis Cluster the first name's
+--          only, its config key then its state keys (below)
 -- ARGV[1]  'names' (prelude.lua then leaves every config key to this file)
 -- ARGV[3]  keys per name
 -- ARGV[4]  how many of the names' keys follow in ARGV, not KEYS (a
---          Redis Cluster: 0 on a standalone node), then those keys
+--          Redis Cluster: 0 on a standalone node), then those keys, each
+--          name's as the first name's in KEYS
 -- ARGV[..] per name: its number of runs, then each run as in prelude.lua
 --           (permits, max_wait_ms, count); or, for a name asked once
---           without waiting (the usual case), minus the permits asked, alone
+--           without waiting (the usual case), minus the permits asked, alone;
+--           or, when every name is asked once for as many permits (most
+--           calls), only '*' and those permits negated ('*-1')
 -- Reply: {0, epoch, per name: a name asked once (most names, so the
 --        narrowest reply): a plain grant (granted, no wait) as its
 --        remaining and reset_after_us (remaining >= 0), any other answer
@@ -26,21 +30,54 @@
 local per = tonumber(ARGV[3])
 local out = {0, conf[1]}
 
--- On a Redis Cluster a script may declare the keys of one slot only, and
--- each name has a slot of its own (its hash tag): the other names' keys
--- come in ARGV, and the script runs with allow-cross-slot-keys (scripts.go).
+-- The names' keys as one list, K: every name's config key (name c's is
+-- K[c]), then every name's state keys (name c's from K[N + (c-1)*(per-1) + 1]),
+-- so that one EXISTS and one HMGET take slices of it. On a standalone
+-- node that is KEYS as sent. On a Redis Cluster a script may declare the
+-- keys of one slot only, and each name has a slot of its own (its hash
+-- tag): KEYS are the first name's keys, the other names' come in ARGV (in
+-- the order of a name's keys), and the script runs with
+-- allow-cross-slot-keys (scripts.go).
 local K, a = KEYS, 5
 local argv_keys = tonumber(ARGV[4])
 if argv_keys > 0 then
   K = {}
-  for k = 1, #KEYS do K[k] = KEYS[k] end
-  for k = 5, 4 + argv_keys do K[#K + 1] = ARGV[k] end
+  local c, s, n = 0, 0, (#KEYS + argv_keys) / per
+  local function add(from, first, last)
+    for k = first, last, per do
+      c = c + 1
+      K[c] = from[k]
+      for j = 1, per - 1 do
+        s = s + 1
+        K[n + s] = from[k + j]
+      end
+    end
+  end
+  add(KEYS, 1, #KEYS)
+  add(ARGV, 5, 4 + argv_keys)
   a = 5 + argv_keys
 end
-local nk = #K
+local N = #K / per
+local sk = per - 1 -- state keys per name
 
--- alone(base): whether the name whose keys end at K[base] is left to
--- the caller (2); asked only when explicit (some name may be).
+-- The state keys of name c as keys (keys[1] its config key).
+local keys = {}
+local function keys_of(c)
+  keys[1] = K[c]
+  local s = N + (c - 1) * sk
+  for j = 1, sk do keys[j + 1] = K[s + j] end
+end
+
+-- A token bucket's names asked once (the usual case) are decided inline,
+-- their states read and written by position, not through get() and
+-- keep(): a dozen function calls and table lookups by key a name were
+-- most of its decision.
+local inline = bucket_names and packed
+local first -- HMGET of the first generation alive: MARK's, then each name's state
+local vals, at -- of the names missed there, by number: the state and where it is (1 or 'long')
+
+-- alone(c): whether name c is left to the caller (2); asked only when
+-- explicit (some name may be).
 local alone, explicit
 if argv_keys > 0 then
   -- A cluster: a command may touch one slot, so each name is read alone.
@@ -50,125 +87,204 @@ if argv_keys > 0 then
   -- anything is written.
   local left = {}
   prefetched = {}
-  for base = 0, nk - per, per do
-    local e = redis.pcall('EXISTS', K[base + 1])
-    local vals = e == 0 and redis.pcall('MGET', unpack(K, base + 2, base + per))
-    if e ~= 0 or vals.err then
-      left[base + per] = true
+  for c = 1, N do
+    local e = redis.pcall('EXISTS', K[c])
+    local s = N + (c - 1) * sk
+    local v = e == 0 and redis.pcall('MGET', unpack(K, s + 1, s + sk))
+    if e ~= 0 or v.err then
+      left[c] = true
     else
-      for j = 2, per do prefetched[K[base + j]] = vals[j - 1] end
+      for j = 1, sk do prefetched[K[s + j]] = v[j] end
     end
   end
-  alone = function(base) return left[base] end
+  alone = function(c) return left[c] end
   explicit = next(left) ~= nil
 else
   -- The names' config keys, with one EXISTS: when none has a config of
   -- its own (the usual case) no name needs its own EXISTS. Checked here,
-  -- at decision time, so
-  -- that an explicit limiter wins at once on every proxy; a set of
-  -- explicit names would cost a SISMEMBER per name and upkeep on every
-  -- RL.SETRATE, RL.DEL and config expiry, and a proxy's own cache cannot
-  -- see another proxy's RL.SETRATE. Then every state with one read
-  -- (prefetch), for get().
-  local conf_keys, state_keys, c, s = {}, {}, 0, 0
-  for base = 0, nk - per, per do
-    c = c + 1
-    conf_keys[c] = K[base + 1]
-    for j = 2, per do
-      s = s + 1
-      state_keys[s] = K[base + j]
-    end
+  -- at decision time, so that an explicit limiter wins at once on every
+  -- proxy; a set of explicit names would cost a SISMEMBER per name and
+  -- upkeep on every RL.SETRATE, RL.DEL and config expiry, and a proxy's
+  -- own cache cannot see another proxy's RL.SETRATE.
+  explicit = redis.call('EXISTS', unpack(K, 1, N)) > 0
+  alone = function(c)
+    return redis.call('EXISTS', K[c]) == 1
   end
-  explicit = redis.call('EXISTS', unpack(conf_keys)) > 0
-  if s > 0 then prefetch(state_keys) end
-  alone = function(base)
-    return redis.call('EXISTS', K[base - per + 1]) == 1
+  if inline then
+    -- Every state with one HMGET of the first generation alive (and the
+    -- upkeep's MARK: see prelude.lua), the misses from the second, then
+    -- from keys of their own while there are any.
+    vals, at = {}, {}
+    first = redis.call('HMGET', gens[0], MARK, unpack(K, N + 1, N + N))
+    marked = first[1] ~= false
+    local missed, m = {}, 0
+    for c = 1, N do
+      if not first[c + 1] then
+        m = m + 1
+        missed[m] = c
+      end
+    end
+    if m > 0 then
+      -- The misses (names by number) from the second generation, then
+      -- from keys of their own.
+      local function look(place, cmd, h)
+        local ks, left, l = {}, {}, 0
+        for j = 1, m do ks[j] = K[N + missed[j]] end
+        local got = h and redis.call(cmd, h, unpack(ks)) or redis.call(cmd, unpack(ks))
+        for j = 1, m do
+          local c = missed[j]
+          if got[j] then
+            vals[c], at[c] = got[j], place
+          else
+            l = l + 1
+            left[l] = c
+          end
+        end
+        missed, m = left, l
+      end
+      look(1, 'HMGET', gens[1])
+      if m > 0 and redis.call('EXISTS', long_flag) == 1 then look('long', 'MGET') end
+    end
+  else
+    prefetch({unpack(K, N + 1)})
   end
 end
 
 -- One limit for every name: its functions read their keys (keys) at
 -- each load and save, and load sets all of its state, so building a
--- limit (a dozen closures) per name, most of a name's cost, is not needed.
--- A policy of several limits builds each name's (new_multi).
-local keys = {}
-for j = 1, per do keys[j] = K[j] end
-local l
-if new_multi then
-  l = new_multi(keys)
-  if not l then
-    return {2, conf[1]} -- the caller named another number of limits
+-- limit (a dozen closures) per name, most of a name's cost, is not
+-- needed; built at the first name that needs it. A policy of several
+-- limits builds each name's (new_multi), the first one now: a config of
+-- another number of limits is found before anything is written.
+local l, load, try, save, available, capacity
+local function limit_of(c)
+  keys_of(c)
+  if new_multi then
+    keys = {unpack(keys)}
+    l = new_multi(keys)
+  elseif not l then
+    l = new_limit(rate, interval, burst, keys)
   end
-else
-  l = new_limit(rate, interval, burst, keys)
+  if l then
+    load, try, save, available, capacity = l.load, l.try, l.save, l.available, l.capacity
+  end
+  return l
+end
+if new_multi and not limit_of(1) then
+  return {2, conf[1]} -- the caller named another number of limits
 end
 
--- A token bucket's permit refills in per_permit µs (bucket_names: see
--- the inline decision below; scripts.go sets it).
+-- A token bucket's permit refills in per_permit µs.
 local per_permit = interval / rate
-local inline = bucket_names and packed
+-- The pending HSETs of the generations alive (flush() writes them), and
+-- how many values each holds.
+local set0, set1, n0, n1
+-- A state that must last until y ms goes in the first generation ending
+-- at or after it (prelude.lua): the first alive when y <= end0, else
+-- the second when y <= end1.
+local end0, end1
+if inline then
+  set0, set1, n0, n1 = sets[0] or {}, sets[1] or {}, 0, 0
+  sets[0], sets[1] = set0, set1
+  end0, end1 = gen * gen_ms, (gen + 1) * gen_ms
+end
 
--- The limit's functions as locals: a field lookup per use is a
--- measurable part of a name's decision.
-local load, try, save, available, capacity = l.load, l.try, l.save, l.available, l.capacity
-local o, base = #out, 0
-while a <= #ARGV do
-  local runs = tonumber(ARGV[a]) -- below 0: asked once, minus the permits
-  a = a + 1
-  if new_multi and base > 0 then
-    keys = {}
-    for j = 1, per do keys[j] = K[base + j] end
-    l = new_multi(keys)
-    load, try, save, available, capacity = l.load, l.try, l.save, l.available, l.capacity
-  elseif not (inline and runs < 0) then
-    for j = 1, per do keys[j] = K[base + j] end
+-- Every name asked once for as many permits comes as one ARGV ('*-1'):
+-- a string per name costs Redis about as much as a tenth of its
+-- decision. Otherwise most names still ask as many (the same string,
+-- which Lua compares as one pointer): tonumber is called once per
+-- different one.
+local every = string.byte(ARGV[a]) == 42 and tonumber(string.sub(ARGV[a], 2))
+local arg, arg_n
+local argv = ARGV -- a local: a global's lookup per name counts
+local o = #out
+for c = 1, N do
+  local runs = every -- below 0: asked once, minus the permits
+  if not runs then
+    runs = argv[a]
+    if runs ~= arg then
+      arg, arg_n = runs, tonumber(runs)
+    end
+    runs = arg_n
+    a = a + 1
   end
-  base = base + per
-  if explicit and alone(base) then
+  local v, was -- its state as read and where: 0, 1 or 'long' (inline)
+  if inline then
+    v, was = first[c + 1], 0
+    if not v then v, was = vals[c], at[c] end
+  end
+  if explicit and alone(c) then
     o = o + 1
     out[o] = runs < 0 and -2 or 2
     if runs > 0 then a = a + 3 * runs end
-  elseif runs < 0 then
+  elseif inline and runs < 0 and was ~= 'long' then
+    -- load, try and save as token_bucket.lua does them.
     local n = -runs
-    local granted, remaining, retry, reset -- as replied: whole, µs
-    if inline then
-      -- A token bucket's name, its state in a hash (the usual case):
-      -- load, try and save inline, as token_bucket.lua does them; a
-      -- dozen function calls a name were most of its decision.
-      local key = K[base - per + 2]
-      local v = prefetched[key]
-      prefetched[key] = nil
-      local level, ts = 0, now
-      if v and #v == 16 then level, ts = sunpack('<dd', v) end
-      if now > ts then
-        level = level - (now - ts) / per_permit
-        if level < 0 then level = 0 end
-        ts = now
+    local key = K[N + c]
+    local level, ts = 0, now
+    if v and #v == 16 then level, ts = sunpack('<dd', v) end
+    if now > ts then
+      level = level - (now - ts) / per_permit
+      if level < 0 then level = 0 end
+      ts = now
+    end
+    local loaded, over = level, (level + n - burst) * per_permit
+    local granted, retry, reset = -1, 0, 0 -- as replied: whole, µs
+    if n <= burst then
+      granted = 0
+      if level + n <= burst + EPS then
+        granted, level = 1, level + n
       end
-      local loaded, over = level, (level + n - burst) * per_permit
-      granted, retry, reset = -1, 0, 0
-      if n <= burst then
-        granted = 0
-        if level + n <= burst + EPS then
-          granted, level = 1, level + n
-        end
-        retry, reset = us(over), us(level * per_permit)
-      end
-      remaining = floor(max(0, burst - level) + EPS)
+      if over > 0 then retry = us(over) end
+      reset = us(level * per_permit)
+    end
+    local left = burst - level
+    if left < 0 then left = 0 end
+    local remaining = floor(left + EPS)
+    if level <= EPS then
+      if was then pend(dels, was, key) end
+    else
+      -- The generation the state goes in: the first ending at or after
+      -- its end (prelude.lua); a state the call did not change and
+      -- that is there already is not written again.
       local life = level * per_permit
-      if level <= EPS then
-        drop(key)
-      elseif level ~= loaded or not lasts(key, life) then
-        -- keep()'s usual case inline: into a generation alive, the
-        -- state not elsewhere.
-        local value, i = spack('<dd', level, ts), ceil(ceil((now + life) / 1000 - EPS) / gen_ms) - gen
-        local w, l = where[key], sets[i]
-        if l and (w == nil or w == gen + i) then
-          l[#l + 1], l[#l + 2], where[key] = key, value, gen + i
+      local y = (now + life) / 1000 - EPS
+      local i = y <= end0 and 0 or y <= end1 and 1 or 2
+      if level ~= loaded or i ~= was then
+        local value = spack('<dd', level, ts)
+        if i == 0 then
+          set0[n0 + 1], set0[n0 + 2] = key, value
+          n0 = n0 + 2
+        elseif i == 1 then
+          set1[n1 + 1], set1[n1 + 2] = key, value
+          n1 = n1 + 2
         else
+          if was then where[key] = gen + was end
           keep(key, value, life)
         end
+        if was ~= i and was and i < 2 then pend(dels, was, key) end
       end
+    end
+    -- A plain grant (most names): its remaining and reset alone.
+    if granted == 1 and retry == 0 then
+      out[o + 1], out[o + 2] = remaining, reset
+      o = o + 2
     else
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -1, granted, remaining, retry, reset
+      o = o + 5
+    end
+  else
+    limit_of(c)
+    if inline then
+      -- What the inline path read serves get() too.
+      local key = keys[2]
+      prefetched = prefetched or {}
+      prefetched[key] = v or nil
+      if v then where[key] = was == 'long' and 'long' or gen + was end
+    end
+    if runs < 0 then
+      local n = -runs
+      local granted, remaining, retry, reset
       load()
       if n <= capacity then
         granted, remaining, retry, reset = try(n, 0)
@@ -177,28 +293,32 @@ while a <= #ARGV do
       end
       save()
       remaining, retry, reset = floor(remaining + EPS), us(retry), us(reset)
-    end
-    -- A plain grant (most names): its remaining and reset alone.
-    if granted == 1 and retry == 0 and remaining >= 0 then
-      out[o + 1], out[o + 2] = remaining, reset
-      o = o + 2
+      if granted == 1 and retry == 0 and remaining >= 0 then
+        out[o + 1], out[o + 2] = remaining, reset
+        o = o + 2
+      else
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -1, granted, remaining, retry, reset
+        o = o + 5
+      end
     else
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -1, granted, remaining, retry, reset
-      o = o + 5
+      o = o + 1
+      out[o] = 0
+      load()
+      for _ = 1, runs do
+        local n, wait_us, count = tonumber(ARGV[a]), tonumber(ARGV[a + 1]) * 1000, tonumber(ARGV[a + 2])
+        a = a + 3
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
+          decide_run(try, l.try_run, capacity, available, n, wait_us, count)
+        o = o + 8
+      end
+      save()
     end
-  else
-    o = o + 1
-    out[o] = 0
-    load()
-    for _ = 1, runs do
-      local n, wait_us, count = tonumber(ARGV[a]), tonumber(ARGV[a + 1]) * 1000, tonumber(ARGV[a + 2])
-      a = a + 3
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
-        decide_run(try, l.try_run, capacity, available, n, wait_us, count)
-      o = o + 8
-    end
-    save()
+    if set0 then n0, n1 = #set0, #set1 end -- keep() may have added to them
   end
+end
+if set0 then
+  if n0 == 0 then sets[0] = nil end
+  if n1 == 0 then sets[1] = nil end
 end
 flush()
 return out

@@ -76,14 +76,21 @@ done
 python3 - "$OUT" "${modes[@]}" <<'PY'
 import glob, json, statistics as st, sys
 out, modes = sys.argv[1], sys.argv[2:]
-print("row                   mode     ops/s    x direct  Redis us/decision  (medians of rounds)")
+print("row                   mode     ops/s    x direct  Redis us/decision  Redis busy  proxy us/decision  names/call  (medians of rounds)")
+# Redis busy: its CPU per second of run (the cap is 0.10): well under the
+# cap, something else (the proxy's CPU, the load) held the row back.
 for p in (1, 16):
     med = {}
     for m in modes:
         runs = [json.load(open(f)) for f in sorted(glob.glob("%s/capped-policy-p%d-%s-r*.json" % (out, p, m)))]
-        med[m] = (st.median(r["ops_per_sec"] for r in runs), st.median(r.get("redis_cpu_per_request_us", 0) for r in runs))
+        med[m] = [st.median(f(r) for r in runs) for f in (
+            lambda r: r["ops_per_sec"],
+            lambda r: r.get("redis_cpu_per_request_us", 0),
+            lambda r: r["ops_per_sec"] * r.get("redis_cpu_per_request_us", 0) / 1e6,
+            lambda r: r.get("proxy_cpu_per_request_us", 0),
+            lambda r: 1 / r["backend_calls_per_request"] if r.get("backend_calls_per_request") else 1)]
     for m in modes:
-        ops, us = med[m]
-        print("capped-policy-p%-5d %-8s %8.0f %8.2f %12.1f" % (p, m, ops, ops / med["direct"][0], us))
+        ops, us, busy, proxy, batch = med[m]
+        print("capped-policy-p%-5d %-8s %8.0f %8.2f %12.1f %14.3f %14.1f %12.1f" % (p, m, ops, ops / med["direct"][0], us, busy, proxy, batch))
 PY
 say "$me: runs in $OUT"

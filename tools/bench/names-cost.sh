@@ -20,14 +20,18 @@ floor=${NAMES_FLOOR:-../shared/bench/names-floor.lua}
 work=$(mktemp -d "${TMPDIR:-/tmp}/names-cost.XXXXXX")
 pids=()
 cgroup=
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait; rm -rf "$work"' EXIT
 me=names-cost
 # shellcheck source=tools/bench/lib.sh
 . tools/bench/lib.sh
-dirs=(limiter/lua)
+# The working tree's scripts, laid out as a rev's below (scripts.go
+# tells which scripts carry calendar.lua).
+mkdir -p "$work/tree/limiter"
+cp -r limiter/lua limiter/scripts.go "$work/tree/limiter/"
+dirs=("$work/tree/limiter/lua")
 for rev in "$@"; do
 	mkdir -p "$work/$rev"
-	git archive "$rev" limiter/lua | tar -x -C "$work/$rev"
+	git archive "$rev" limiter/lua limiter/scripts.go | tar -x -C "$work/$rev"
 	dirs+=("$work/$rev/limiter/lua")
 done
 start_redis
@@ -40,17 +44,26 @@ port, B, rounds, floor = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), s
 dirs = sys.argv[5:]
 r = redis.Redis(port=port)
 
+def calendar(d):  # before withCalendar, every script began with calendar.lua
+    return 'withCalendar' not in open(d + '/../scripts.go').read()
+
 def names_script(d):
     # As scripts.go builds it: prelude, the algorithm wrapped as
     # new_limit, no multi-limit constructor, names.lua.
     read = lambda f: open('%s/%s' % (d, f)).read()
-    return (read('prelude.lua') + 'local function new_limit(rate, interval, burst, KEYS)\n' +
+    return ((read('calendar.lua') if calendar(d) else '') + read('prelude.lua') + 'local function new_limit(rate, interval, burst, KEYS)\n' +
             read('token_bucket.lua') + '\nreturn {capacity = capacity, load = load, save = save, try = try, ' +
             'try_run = try_run,\n  available = available, give = give, charge = charge, reset_us = reset_us}\nend\n' +
             'local new_multi\nlocal bucket_names = true\n' + read('names.lua'))
 
 def old_format(d):  # before the names op and the unsuffixed generation length
     return "'names'" not in open(d + '/prelude.lua').read()
+
+def grouped(d):  # KEYS: every name's config key, then every name's state key
+    return "every name's config key, then" in open(d + '/names.lua').read()
+
+def every(d):  # one ARGV ('*-1') when every name asks 1
+    return "('*-1')" in open(d + '/names.lua').read()
 
 epoch = 'e1.3600001p'  # 100 per hour, burst 100: generations of an hour
 calls = {}
@@ -60,11 +73,11 @@ for d in dirs:
     old = old_format(d)
     conf = '#rl:{policies}:s:%s 3600001%s %s 100 3600000 100' % (epoch, 'p' if old else '', epoch)
     op = 'acquire' if old else 'names'
-    def call(sha, ns, conf=conf, op=op):
-        keys = []
-        for n in ns:
-            keys += ['rl:{user:%012d:0}:c' % n, 'rl:{user:%012d:0}:%s:s' % (n, epoch)]
-        return r.evalsha(sha, len(keys), *keys, op, conf, 2, 0, *([-1] * len(ns)))
+    def call(sha, ns, conf=conf, op=op, g=grouped(d), e=every(d)):
+        c = ['rl:{user:%012d:0}:c' % n for n in ns]
+        s = ['rl:{user:%012d:0}:%s:s' % (n, epoch) for n in ns]
+        keys = c + s if g else [k for pair in zip(c, s) for k in pair]
+        return r.evalsha(sha, len(keys), *keys, op, conf, 2, 0, *(['*-1'] if e else [-1] * len(ns)))
     calls[d] = (r.script_load(names_script(d)), call)
 for name, (sha, call) in calls.items():  # every name has state, as after warm-up
     for i in range(0, 10000, B):
@@ -80,6 +93,6 @@ f = us['floor']
 print('%d names per call, %d rounds of 100 calls each' % (B, rounds))
 for name, u in us.items():
     print('%-40s median %7.1f us/call (x floor %.2f)  least %7.1f (x floor %.2f)' % (
-        name if name == 'floor' else 'names.lua ' + name, st.median(u),
+        name if name == 'floor' else 'names.lua ' + name.split('/')[-3], st.median(u),
         st.median(a / b for a, b in zip(u, f)), min(u), min(u) / min(f)))
 PY
