@@ -148,6 +148,8 @@ func (s *Server) forwards(c *client, args []string) bool {
 		return true
 	case cmd.Name == "AUTH" || cmd.Name == "HELLO" || cmd.Name == "QUIT" || cmd.Name == "RESET":
 		return false
+	case cmd.Name == "CLIENT" && len(args) > 1 && strings.EqualFold(args[1], "REPLY"):
+		return false // the replies are rlproxy's to drop (clientreply.go)
 	case c.inSession(Session.InMulti):
 		return s.own[cmd.Name]
 	case cmd.Name == "PING":
@@ -270,7 +272,9 @@ func (s *Server) forward(c *client, calls [][]string) {
 	fwd := s.session(c)
 	for len(calls) > 0 {
 		if err := s.forwardable(c, calls[0]); err != nil {
-			q.add(err, c.proto)
+			if !c.muted(calls[0]) {
+				q.add(err, c.proto)
+			}
 			calls = calls[1:]
 			continue
 		}
@@ -281,6 +285,7 @@ func (s *Server) forward(c *client, calls [][]string) {
 		s.stats.commands.Add(int64(n))
 		s.drain.busy.Add(int64(n))
 		first := q.reserve(n, c.proto, true)
+		c.mute(first, calls[:n])
 		for range n {
 			s.opts.Poller.Begin()
 		}
