@@ -76,8 +76,10 @@ for u in "${units[@]}"; do
 	stop_redis "$u"
 	redis_for_unit
 	GW_PORT=$(free_port)
+	# passthrough_timeout as the harness's own (60 s): some tests run
+	# scripts for seconds, and the machine may be slow.
 	"$work/rlproxy" --listen "127.0.0.1:$GW_PORT" --backend "redis://127.0.0.1:$REDIS_PORT" \
-		--passthrough --log-level warn 2>"$OUT/$log.rlproxy-stderr.log" &
+		--passthrough --passthrough-timeout 60s --log-level warn 2>"$OUT/$log.rlproxy-stderr.log" &
 	gw=$!
 	pids+=($gw)
 	wait_ready "$GW_PORT"
