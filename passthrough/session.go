@@ -71,6 +71,19 @@ func (s *Session) Subscribed() bool {
 	return len(s.subs) > 0 || s.pin != nil && s.pin.subscribed.Load()
 }
 
+// BlockedOn returns the backend's client id (CLIENT ID) of the pinned
+// connection on which a blocking command of the client waits, else 0:
+// CLIENT UNBLOCK of the client is CLIENT UNBLOCK of that id.
+func (s *Session) BlockedOn() int64 {
+	s.mu.Lock()
+	pin := s.pin
+	s.mu.Unlock()
+	if pin == nil || !pin.blocked() {
+		return 0
+	}
+	return pin.id
+}
+
 // Close ends the session (the client left, or sent RESET): its pinned
 // connection is closed, which ends a blocked command or subscription.
 func (s *Session) Close() {

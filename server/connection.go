@@ -67,6 +67,7 @@ func (s *Server) connectionCommands() []commands.Command {
 			{Name: "PAUSE", Arity: -3, Summary: "Refused: pausing clients would hold every limiter's callers.", Handler: conn(notSupported("client|pause"))},
 			{Name: "UNPAUSE", Arity: 2, Summary: "Refused, as CLIENT PAUSE is.", Handler: conn(notSupported("client|unpause"))},
 			{Name: "KILL", Arity: -3, Summary: "Refused: close a connection from its own side, or restart rlproxy.", Handler: conn(notSupported("client|kill"))},
+			{Name: "UNBLOCK", Arity: -3, Summary: "Unblocks a client blocked in a forwarded command (BLPOP, ...): TIMEOUT (default) or ERROR.", Handler: conn(s.clientUnblock)},
 			{Name: "REPLY", Arity: 3, Summary: "ON|OFF|SKIP: sends the replies, none, or none to the next command.", Handler: conn(s.clientReply)},
 			{Name: "TRACKING", Arity: -3, Summary: "Accepted (ON|OFF [REDIRECT id] [PREFIX p]... [BCAST] [OPTIN] [OPTOUT] [NOLOOP]): rlproxy has no cacheable reads, so no invalidation ever comes.",
 				Handler: conn(s.clientTracking)},

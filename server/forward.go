@@ -42,6 +42,9 @@ type Session interface {
 	Abort()
 	// Subscribed reports whether the client has a subscription.
 	Subscribed() bool
+	// BlockedOn returns the backend's client id of the connection on
+	// which a blocking command of the client waits, else 0.
+	BlockedOn() int64
 	// Close ends the session (its pinned connection is closed).
 	Close()
 }
