@@ -136,7 +136,7 @@ func (c *client) inSession(cond func(Session) bool) bool {
 // rlproxy's own stay in its file); within MULTI every command but the
 // client's own handshake (Redis queues them), except rlproxy's limiter
 // commands, which call refuses; PING while subscribed (Redis answers it
-// in the Pub/Sub shape).
+// in the Pub/Sub shape); PING from a user who may reach Redis.
 func (s *Server) forwards(c *client, args []string) bool {
 	if s.opts.Forward == nil {
 		return false
@@ -156,7 +156,10 @@ func (s *Server) forwards(c *client, args []string) bool {
 	case c.inSession(Session.InMulti):
 		return s.own[cmd.Name]
 	case cmd.Name == "PING":
-		return c.inSession(Session.Subscribed)
+		// The backend's answer: Redis's is BUSY while a script runs,
+		// LOADING while it loads (but to users who may not reach it).
+		u := c.user.Load()
+		return c.inSession(Session.Subscribed) || u != nil && (u.admin || u.redis)
 	}
 	return false
 }
