@@ -40,6 +40,7 @@ type waiter struct {
 	early     []byte // pushes that came before its reply: relayed first, as Redis sent them
 	redirects int    // MOVED/ASK followed (cluster)
 	block     bool   // a blocking command, or a reply being streamed: no reply timeout
+	script    bool   // runs a script (EVAL, FCALL, ...)
 	streamed  bool   // its reply went in parts (stream.go); done gets the last
 }
 
@@ -505,6 +506,14 @@ func (c *conn) overdue(now time.Time, timeout time.Duration) bool {
 		return false
 	}
 	return now.Sub(c.watchedAt) >= timeout
+}
+
+// scriptAhead reports whether the oldest command awaiting its reply runs
+// a script: one sent now would wait until the script ends.
+func (c *conn) scriptAhead() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters) > 0 && c.waiters[0].script
 }
 
 // blocked reports whether a blocking command awaits its reply.
