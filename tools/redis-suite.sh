@@ -53,8 +53,8 @@ redis_for_unit() {
 
 # run_unit NAME PORT LOG: one unit in external mode; prints "ok err skipped".
 run_unit() {
-	(cd "$work" && TERM=dumb timeout 600 tclsh tests/test_helper.tcl --host 127.0.0.1 --port "$2" \
-		--single "unit/$1" --tags -needs:repl --skipfile "$work/skip" --timeout 60 --dont-clean >"$3" 2>&1) || true
+	(cd "$work" && TERM=dumb timeout 1800 tclsh tests/test_helper.tcl --host 127.0.0.1 --port "$2" \
+		--single "unit/$1" --tags -needs:repl --skipfile "$work/skip" --timeout 300 --dont-clean >"$3" 2>&1) || true
 	printf '%s %s %s\n' "$(grep -c '^\[ok\]' "$3" || true)" \
 		"$(grep -c '^\[err\]\|^\[exception\]' "$3" || true)" "$(grep -c '^\[skip\]' "$3" || true)"
 }
@@ -76,8 +76,9 @@ for u in "${units[@]}"; do
 	stop_redis "$u"
 	redis_for_unit
 	GW_PORT=$(free_port)
-	# passthrough_timeout as the harness's own (60 s): some tests run
-	# scripts for seconds, and the machine may be slow.
+	# passthrough_timeout 60 s: some tests run
+	# scripts for seconds, and the machine may be slow (the harness waits
+	# 300 s per test: a unit of 10,000 round trips took over 60 s here).
 	"$work/rlproxy" --listen "127.0.0.1:$GW_PORT" --backend "redis://127.0.0.1:$REDIS_PORT" \
 		--passthrough --passthrough-timeout 60s --log-level warn 2>"$OUT/$log.rlproxy-stderr.log" &
 	gw=$!
