@@ -51,10 +51,13 @@ redis_for_unit() {
 		--enable-module-command yes --notify-keyspace-events KEA --latency-monitor-threshold 1
 }
 
-# run_unit NAME PORT LOG: one unit in external mode; prints "ok err skipped".
+# run_unit NAME PORT LOG: one unit in external mode; prints "ok err
+# skipped". The harness's own ports start at a free one, so that runs at
+# once do not collide.
 run_unit() {
 	(cd "$work" && TERM=dumb timeout 1800 tclsh tests/test_helper.tcl --host 127.0.0.1 --port "$2" \
-		--single "unit/$1" --tags -needs:repl --skipfile "$work/skip" --timeout 300 --dont-clean >"$3" 2>&1) || true
+		--single "unit/$1" --tags -needs:repl --skipfile "$work/skip" --timeout 300 --dont-clean \
+		--baseport "$(free_port)" >"$3" 2>&1) || true
 	printf '%s %s %s\n' "$(grep -c '^\[ok\]' "$3" || true)" \
 		"$(grep -c '^\[err\]\|^\[exception\]' "$3" || true)" "$(grep -c '^\[skip\]' "$3" || true)"
 }
