@@ -40,6 +40,7 @@ type waiter struct {
 	early     []byte // pushes that came before its reply: relayed first, as Redis sent them
 	redirects int    // MOVED/ASK followed (cluster)
 	block     bool   // a blocking command, or a reply being streamed: no reply timeout
+	script    bool   // runs a script (EVAL, FCALL, ...)
 	streamed  bool   // its reply went in parts (stream.go); done gets the last
 }
 
@@ -51,6 +52,7 @@ type waiter struct {
 type conn struct {
 	nc   net.Conn
 	addr string // the node's
+	id   int64  // the backend's CLIENT ID (pinned connections; else 0)
 	pool string // whose connections it is one of (Tenant.pool)
 
 	mu      sync.Mutex
@@ -126,6 +128,10 @@ func dial(ctx context.Context, o dialOptions, proto int, lazy bool) (*conn, erro
 	if o.db != 0 {
 		setup = append(setup, []string{"SELECT", strconv.Itoa(o.db)})
 	}
+	if !lazy { // pinned: CLIENT UNBLOCK of its client needs its id
+		setup = append(setup, []string{"CLIENT", "ID"})
+	}
+	var id int64
 	r := bufio.NewReaderSize(nc, 32<<10)
 	if len(setup) > 0 {
 		var b []byte
@@ -139,6 +145,10 @@ func dial(ctx context.Context, o dialOptions, proto int, lazy bool) (*conn, erro
 		}
 		for _, cmd := range setup {
 			f, err := readFrame(r)
+			if cmd[0] == "CLIENT" && err == nil {
+				id, _ = strconv.ParseInt(strings.Trim(string(f), ":\r\n"), 10, 64) // 0 if refused
+				continue
+			}
 			if err == nil && len(f) > 0 && f[0] == '-' {
 				err = fmt.Errorf("%s: %s", cmd[0], f[1:len(f)-2])
 			}
@@ -149,7 +159,7 @@ func dial(ctx context.Context, o dialOptions, proto int, lazy bool) (*conn, erro
 		}
 		_ = nc.SetDeadline(time.Time{})
 	}
-	c := &conn{nc: nc, addr: o.addr, r: r}
+	c := &conn{nc: nc, addr: o.addr, r: r, id: id}
 	if sc, ok := nc.(syscall.Conn); ok && lazy && canPeek {
 		c.raw, _ = sc.SyscallConn()
 		c.lazy = c.raw != nil
@@ -496,6 +506,14 @@ func (c *conn) overdue(now time.Time, timeout time.Duration) bool {
 		return false
 	}
 	return now.Sub(c.watchedAt) >= timeout
+}
+
+// scriptAhead reports whether the oldest command awaiting its reply runs
+// a script: one sent now would wait until the script ends.
+func (c *conn) scriptAhead() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters) > 0 && c.waiters[0].script
 }
 
 // blocked reports whether a blocking command awaits its reply.

@@ -263,6 +263,18 @@ var errClosed = errors.New("passthrough is closed")
 // read, and Redis reads many in one (measured against 4: 0.61× direct
 // unpipelined instead of 0.56×).
 func (g *Gateway) sharedConnAt(addr string, t Tenant, proto int) (*conn, error) {
+	return g.laneAt(addr, t, proto, 0)
+}
+
+// sideConnAt returns the tenant's second shared connection to the node
+// at addr: for commands that come while a script runs on the first.
+// Scripts never go on it, so it is never held up by one.
+func (g *Gateway) sideConnAt(addr string, t Tenant, proto int) (*conn, error) {
+	return g.laneAt(addr, t, proto, 1)
+}
+
+// laneAt returns shared connection lane (0: the first, 1: the side one).
+func (g *Gateway) laneAt(addr string, t Tenant, proto, lane int) (*conn, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
@@ -270,10 +282,10 @@ func (g *Gateway) sharedConnAt(addr string, t Tenant, proto int) (*conn, error) 
 	}
 	byProto := g.shared[t.pool(addr)]
 	if byProto == nil {
-		byProto = &[2][]*conn{make([]*conn, 1), make([]*conn, 1)}
+		byProto = &[2][]*conn{make([]*conn, 2), make([]*conn, 2)}
 		g.shared[t.pool(addr)] = byProto
 	}
-	slot := &byProto[proto-2][0]
+	slot := &byProto[proto-2][lane]
 	if c := *slot; c != nil && !c.broken() {
 		return c, nil
 	}

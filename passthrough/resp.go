@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
 // maxFrameBytes bounds one reply frame read from a backend (Redis's own
@@ -77,58 +79,12 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 // replies: no copy); else a copy read by readFrame.
 func nextFrame(r *bufio.Reader) ([]byte, error) {
 	if b, _ := r.Peek(r.Buffered()); len(b) > 0 {
-		if n := frameIn(b); n > 0 {
+		if n := resp.FrameIn(b, maxFrameBytes); n > 0 {
 			_, _ = r.Discard(n)
 			return b[:n:n], nil
 		}
 	}
 	return readFrame(r)
-}
-
-// frameIn returns the length of the frame at the start of b when b holds
-// all of it and readFrame would take it, else 0 (readFrame then reads it,
-// or says what is wrong).
-func frameIn(b []byte) int {
-	i := 0
-	for pending := 1; pending > 0; pending-- {
-		j := bytes.IndexByte(b[i:], '\n')
-		if j < 2 || b[i+j-1] != '\r' {
-			return 0
-		}
-		line := b[i : i+j+1]
-		i += j + 1
-		switch line[0] {
-		case '+', '-', ':', ',', '#', '_', '(':
-		case '$', '=', '!':
-			n, err := frameLen(line)
-			switch {
-			case err != nil:
-				return 0
-			case n < 0:
-				continue
-			case int64(len(b)-i) < n+2 || b[i+int(n)] != '\r' || b[i+int(n)+1] != '\n':
-				return 0
-			}
-			i += int(n) + 2
-		case '*', '~', '>', '%', '|':
-			n, err := frameLen(line)
-			if err != nil {
-				return 0
-			}
-			if line[0] == '%' || line[0] == '|' {
-				n *= 2
-			}
-			if line[0] == '|' {
-				n++
-			}
-			if n > 0 {
-				pending += int(n)
-			}
-		default:
-			return 0
-		}
-	}
-	return i
 }
 
 func readFull(r *bufio.Reader, b []byte) (int, error) {

@@ -71,6 +71,19 @@ func (s *Session) Subscribed() bool {
 	return len(s.subs) > 0 || s.pin != nil && s.pin.subscribed.Load()
 }
 
+// BlockedOn returns the backend's client id (CLIENT ID) of the pinned
+// connection on which a blocking command of the client waits, else 0:
+// CLIENT UNBLOCK of the client is CLIENT UNBLOCK of that id.
+func (s *Session) BlockedOn() int64 {
+	s.mu.Lock()
+	pin := s.pin
+	s.mu.Unlock()
+	if pin == nil || !pin.blocked() {
+		return 0
+	}
+	return pin.id
+}
+
 // Close ends the session (the client left, or sent RESET): its pinned
 // connection is closed, which ends a blocked command or subscription.
 func (s *Session) Close() {
@@ -159,7 +172,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply Reply) {
 			addr = s.g.cluster.node(slot)
 		}
 		begin := s.multiPending // the transaction's first command: MULTI goes first
-		target, err := s.target(step.pin || begin, proto, &b, addr)
+		target, err := s.target(step.pin || begin, step.script, proto, &b, addr)
 		if err != nil {
 			s.undo()
 			s.mu.Unlock()
@@ -225,6 +238,7 @@ type step struct {
 	all      bool     // an unsubscribe from all: one confirmation per subscription then
 	set      func()   // the state change, once it is sent
 	block    bool     // a blocking command
+	script   bool     // runs a script (EVAL, FCALL, ...)
 }
 
 // planned are the commands plan looks at by name (in commandsByName, so
@@ -297,8 +311,11 @@ func (s *Session) plan(cmd *command, args []string) step {
 	if blocks(cmd, args) {
 		return step{pin: true, block: true}
 	}
-	return step{pin: pinned}
+	return step{pin: pinned, script: scripts[name]}
 }
+
+// scripts are the commands that run a script or function.
+var scripts = map[string]bool{"EVAL": true, "EVALSHA": true, "EVAL_RO": true, "EVALSHA_RO": true, "FCALL": true, "FCALL_RO": true}
 
 // unsubscribes maps each unsubscribe command to the kind of
 // subscription it ends.
@@ -308,7 +325,7 @@ var unsubscribes = map[string]string{"UNSUBSCRIBE": "subscribe", "PUNSUBSCRIBE":
 // pinning one if need be. When the client's commands change connection,
 // the earlier ones' replies are awaited first, so the backend runs them
 // in the order sent.
-func (s *Session) target(pin bool, proto int, b *batch, addr string) (*conn, error) {
+func (s *Session) target(pin, script bool, proto int, b *batch, addr string) (*conn, error) {
 	if s.closed {
 		return nil, errClosed
 	}
@@ -336,6 +353,15 @@ func (s *Session) target(pin bool, proto int, b *batch, addr string) (*conn, err
 				return nil, err
 			}
 			s.shared[proto-2] = c
+		}
+		if !script && c.scriptAhead() {
+			// A script runs there: the command goes on the side connection,
+			// so that it gets Redis's answer meanwhile (BUSY once the script
+			// runs too long; SCRIPT KILL reaches Redis), not a wait behind it.
+			var err error
+			if c, err = s.g.sideConnAt(addr, s.tenant, proto); err != nil {
+				return nil, err
+			}
 		}
 	}
 	s.settle(b, c)
@@ -388,7 +414,7 @@ func (s *Session) needsPin() bool {
 // goes again to the node named.
 func (s *Session) newWaiter(w *waiter, i int, c *conn, st step, reply Reply, cmd []string, proto int) *waiter {
 	*w = waiter{s: s, i: i, reply: reply, c: c, cmd: cmd, proto: proto,
-		pinned: st.pin, answer: st.answer, confirms: st.confirms, unsubAll: st.all, block: st.block}
+		pinned: st.pin, answer: st.answer, confirms: st.confirms, unsubAll: st.all, block: st.block, script: st.script}
 	return w
 }
 

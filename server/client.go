@@ -33,6 +33,7 @@ type client struct {
 	user     atomic.Pointer[user] // who it runs as; nil before AUTH
 	quit     bool
 	tracking string           // CLIENT TRACKING: "" (off), "on", "optin" or "optout"
+	reply    replyMode        // CLIENT REPLY (clientreply.go)
 	replies  *replies         // its replies, in order (replies.go)
 	fwd      Session          // passthrough session (forward.go), under mu; nil until used
 	fwdFor   Tenant           // whom fwd runs for

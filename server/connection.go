@@ -67,6 +67,8 @@ func (s *Server) connectionCommands() []commands.Command {
 			{Name: "PAUSE", Arity: -3, Summary: "Refused: pausing clients would hold every limiter's callers.", Handler: conn(notSupported("client|pause"))},
 			{Name: "UNPAUSE", Arity: 2, Summary: "Refused, as CLIENT PAUSE is.", Handler: conn(notSupported("client|unpause"))},
 			{Name: "KILL", Arity: -3, Summary: "Refused: close a connection from its own side, or restart rlproxy.", Handler: conn(notSupported("client|kill"))},
+			{Name: "UNBLOCK", Arity: -3, Summary: "Unblocks a client blocked in a forwarded command (BLPOP, ...): TIMEOUT (default) or ERROR.", Handler: conn(s.clientUnblock)},
+			{Name: "REPLY", Arity: 3, Summary: "ON|OFF|SKIP: sends the replies, none, or none to the next command.", Handler: conn(s.clientReply)},
 			{Name: "TRACKING", Arity: -3, Summary: "Accepted (ON|OFF [REDIRECT id] [PREFIX p]... [BCAST] [OPTIN] [OPTOUT] [NOLOOP]): rlproxy has no cacheable reads, so no invalidation ever comes.",
 				Handler: conn(s.clientTracking)},
 			{Name: "CACHING", Arity: 3, Summary: "Accepted (YES|NO) in OPTIN/OPTOUT tracking mode.", Handler: conn(s.clientCaching)},
@@ -156,6 +158,7 @@ func (s *Server) hello(c *client, args []string) (any, error) {
 	if !c.authed {
 		return nil, fmt.Errorf("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 	}
+	version := s.version(c)
 	c.mu.Lock()
 	c.proto = proto
 	if named {
@@ -164,7 +167,7 @@ func (s *Server) hello(c *client, args []string) (any, error) {
 	c.mu.Unlock()
 	return commands.Map{
 		"server", "redis",
-		"version", redisVersion,
+		"version", version,
 		"proto", int64(c.proto),
 		"id", c.id,
 		"mode", "standalone",
@@ -200,6 +203,7 @@ func (s *Server) reset(c *client, _ []string) (any, error) {
 	c.proto, c.name = 2, "" // the library stays: it is still the one behind the connection (as in Redis)
 	c.tracking = ""
 	c.mu.Unlock()
+	c.reply.off, c.reply.skipNext = false, false // as Redis: a SKIP of this RESET's reply holds
 	c.authed = false
 	c.user.Store(nil)
 	if !s.access.Load().required {

@@ -58,7 +58,9 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 			// (here, or in a batch or forward): a lone request counted
 			// twice would read as two at once and switch polling off.
 			s.opts.Poller.Begin()
-			q.add(s.call(c, calls[i]), c.proto)
+			if v := s.call(c, calls[i]); !c.muted(calls[i]) {
+				q.add(v, c.proto)
+			}
 			s.opts.Poller.End()
 			i++
 			continue
@@ -69,6 +71,7 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		}
 		s.drain.busy.Add(int64(j - i))
 		first := q.reserve(j-i, c.proto, false)
+		c.mute(first, calls[i:j])
 		for range j - i {
 			s.opts.Poller.Begin()
 		}

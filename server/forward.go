@@ -42,6 +42,9 @@ type Session interface {
 	Abort()
 	// Subscribed reports whether the client has a subscription.
 	Subscribed() bool
+	// BlockedOn returns the backend's client id of the connection on
+	// which a blocking command of the client waits, else 0.
+	BlockedOn() int64
 	// Close ends the session (its pinned connection is closed).
 	Close()
 }
@@ -133,7 +136,7 @@ func (c *client) inSession(cond func(Session) bool) bool {
 // rlproxy's own stay in its file); within MULTI every command but the
 // client's own handshake (Redis queues them), except rlproxy's limiter
 // commands, which call refuses; PING while subscribed (Redis answers it
-// in the Pub/Sub shape).
+// in the Pub/Sub shape); PING from a user who may reach Redis.
 func (s *Server) forwards(c *client, args []string) bool {
 	if s.opts.Forward == nil {
 		return false
@@ -148,10 +151,15 @@ func (s *Server) forwards(c *client, args []string) bool {
 		return true
 	case cmd.Name == "AUTH" || cmd.Name == "HELLO" || cmd.Name == "QUIT" || cmd.Name == "RESET":
 		return false
+	case cmd.Name == "CLIENT" && len(args) > 1 && strings.EqualFold(args[1], "REPLY"):
+		return false // the replies are rlproxy's to drop (clientreply.go)
 	case c.inSession(Session.InMulti):
 		return s.own[cmd.Name]
 	case cmd.Name == "PING":
-		return c.inSession(Session.Subscribed)
+		// The backend's answer: Redis's is BUSY while a script runs,
+		// LOADING while it loads (but to users who may not reach it).
+		u := c.user.Load()
+		return c.inSession(Session.Subscribed) || u != nil && (u.admin || u.redis)
 	}
 	return false
 }
@@ -270,7 +278,9 @@ func (s *Server) forward(c *client, calls [][]string) {
 	fwd := s.session(c)
 	for len(calls) > 0 {
 		if err := s.forwardable(c, calls[0]); err != nil {
-			q.add(err, c.proto)
+			if !c.muted(calls[0]) {
+				q.add(err, c.proto)
+			}
 			calls = calls[1:]
 			continue
 		}
@@ -281,6 +291,7 @@ func (s *Server) forward(c *client, calls [][]string) {
 		s.stats.commands.Add(int64(n))
 		s.drain.busy.Add(int64(n))
 		first := q.reserve(n, c.proto, true)
+		c.mute(first, calls[:n])
 		for range n {
 			s.opts.Poller.Begin()
 		}

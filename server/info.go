@@ -54,6 +54,27 @@ func (s *Server) info(c *client, args []string) (any, error) {
 	return text, nil
 }
 
+// version is the Redis version HELLO gives the client: with the gateway
+// (and a user who may reach Redis) the backend's redis_version, as INFO
+// gives it; asked once, then kept (a client that cannot ask now, being
+// subscribed, gets rlproxy's own).
+func (s *Server) version(c *client) string {
+	if s.opts.Forward == nil || s.forwardable(c, []string{"INFO"}) != nil {
+		return redisVersion
+	}
+	if v := s.backendVersion.Load(); v != nil {
+		return *v
+	}
+	body, _ := infoBody(s.ask(c, []string{"INFO", "server"})) // "" for an error
+	for _, line := range strings.Split(body, "\r\n") {
+		if v, found := strings.CutPrefix(line, "redis_version:"); found {
+			s.backendVersion.Store(&v)
+			return v
+		}
+	}
+	return redisVersion
+}
+
 // infoBody returns the text of a backend's INFO reply: a bulk string, or
 // RESP3's verbatim text ("txt:" first); false for anything else.
 func infoBody(frame []byte) (string, bool) {

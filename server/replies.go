@@ -54,6 +54,8 @@ type slot struct {
 	proto  int  // the client's protocol when its command came
 	fwd    bool // a forwarded command's
 	filled bool
+	mute   bool // its reply is dropped (CLIENT REPLY OFF|SKIP)
+	parted bool // muted, and parts of a streamed reply were dropped
 }
 
 func newReplies(w io.Writer, onBig func()) *replies {
@@ -113,6 +115,15 @@ func (q *replies) reserve(n, proto int, fwd bool) uint64 {
 	return seq
 }
 
+// mute makes a reserved slot's reply be dropped when it is filled.
+func (q *replies) mute(seq uint64) {
+	q.mu.Lock()
+	if i := int(seq - q.first); i >= 0 && i < len(q.slots) {
+		q.slots[i].mute = true
+	}
+	q.mu.Unlock()
+}
+
 // push queues a frame the backend sent by itself (a Pub/Sub message)
 // after the replies before it, and writes what is ready.
 func (q *replies) push(frame []byte) {
@@ -155,6 +166,12 @@ func (q *replies) put(seq uint64, v any, frame []byte) {
 	s := &q.slots[i]
 	if s.fwd {
 		q.openFwd--
+	}
+	if s.mute { // CLIENT REPLY OFF|SKIP: only the pushes Redis sent before it go
+		frame, v = pushesBefore(frame), rawFrame(nil)
+		if s.parted { // the last part of a big reply: no frame of its own
+			frame = nil
+		}
 	}
 	switch {
 	case i == 0 && frame != nil:
@@ -248,6 +265,10 @@ func (q *replies) fillPart(seq uint64, part []byte) bool {
 	}
 	q.streaming = true
 	defer func() { q.streaming = false }()
+	if q.slots[i].mute {
+		q.slots[i].parted = true
+		return true // dropped (CLIENT REPLY OFF|SKIP)
+	}
 	if i == 0 {
 		q.out = append(q.out, part...)
 	} else {

@@ -97,6 +97,8 @@ type Server struct {
 	initErr error  // of the options given to New
 	replID  string // INFO replication's master_replid: random, per process
 
+	backendVersion atomic.Pointer[string] // the gateway backend's redis_version, once known (HELLO)
+
 	// What Reload changes live (reload.go).
 	reloadMu    sync.Mutex
 	live        atomic.Pointer[Limits]

@@ -26,7 +26,7 @@ var acquireCommands = map[string]bool{
 
 // adminSubcommands are the server's own subcommands that only admins may
 // run: they show or touch other clients.
-var adminSubcommands = map[string]bool{"CLIENT|LIST": true, "CLIENT|KILL": true}
+var adminSubcommands = map[string]bool{"CLIENT|LIST": true, "CLIENT|KILL": true, "CLIENT|UNBLOCK": true}
 
 // user is one configured user, as the server checks it.
 type user struct {

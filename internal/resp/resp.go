@@ -1,5 +1,6 @@
-// Package resp encodes commands in the Redis protocol (RESP): the one
-// encoder the gateway, the load tool and the test harness share.
+// Package resp encodes commands in the Redis protocol (RESP) and finds
+// where a reply frame ends: the one encoder the gateway, the load tool
+// and the test harness share, and the one frame reader.
 package resp
 
 import "strconv"
