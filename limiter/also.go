@@ -15,23 +15,35 @@ import (
 // is held, not spent).
 var alsoAlgos = []Algo{TokenBucket, SlidingLog, SlidingWindow, FixedWindow, LeakyBucket}
 
-// newAlso builds also.lua after one function per algorithm: its body
-// between the prelude and also_name.lua, as a function of its own, so
-// each name gets its own config, state storage and clock reading.
+// newAlso builds also.lua after make_store(KEYS, ARGV, algo): one
+// function with a branch per algorithm, its body between the prelude and
+// also_name.lua, which makes a store: the names of that algorithm whose
+// state is stored alike share its set-up (clock, functions, state
+// storage); each has its own config and limit. One function, not one per
+// algorithm: a call allocates one closure, not five and a table.
 func newAlso(prelude string, files map[Algo]string) *redis.Script {
+	return redis.NewScript(alsoSource(prelude, files))
+}
+
+func alsoSource(prelude string, files map[Algo]string) string {
 	var b strings.Builder
-	b.WriteString("local algos = {}\n")
-	for _, a := range alsoAlgos {
-		fmt.Fprintf(&b, "algos[%q] = function(KEYS, ARGV, algo)\n", string(a))
+	b.WriteString("local function make_store(KEYS, ARGV, algo)\n")
+	for i, a := range alsoAlgos {
+		kw := "elseif"
+		if i == 0 {
+			kw = "if"
+		}
+		fmt.Fprintf(&b, "%s algo == %q then\n", kw, string(a))
 		b.WriteString(prelude)
 		b.WriteString("local reset_us -- for an algorithm without one (wrapLimit returns it)\n")
 		b.WriteString(wrapLimit(lua(files[a])))
 		b.WriteString(lua("multi.lua"))
 		b.WriteString(lua("also_name.lua"))
-		b.WriteString("\nend\n")
+		b.WriteString("\n")
 	}
+	b.WriteString("end\nend\n")
 	b.WriteString(lua("also.lua"))
-	return redis.NewScript(b.String())
+	return b.String()
 }
 
 // Also returns the script that decides several names on one node together.
