@@ -15,33 +15,37 @@ import (
 // is held, not spent).
 var alsoAlgos = []Algo{TokenBucket, SlidingLog, SlidingWindow, FixedWindow, LeakyBucket}
 
-// newAlso builds also.lua after make_store(KEYS, ARGV, algo): one
-// function with a branch per algorithm, its body between the prelude and
-// also_name.lua, which makes a store: the names of that algorithm whose
-// state is stored alike share its set-up (clock, functions, state
-// storage); each has its own config and limit. One function, not one per
-// algorithm: a call allocates one closure, not five and a table.
+// newAlso builds also.lua after make_store(KEYS, ARGV, algo), which
+// makes a store: the names of one algorithm whose state is stored alike
+// share its set-up (clock, functions, state storage); each has its own
+// config and limit. A function per algorithm, its body between the
+// prelude and also_name.lua, picked by an if-chain: no table to build
+// per call, and no one giant function (the embedded backend's Lua
+// compiles one of five preludes too slowly).
 func newAlso(prelude string, files map[Algo]string) *redis.Script {
 	return redis.NewScript(alsoSource(prelude, files))
 }
 
 func alsoSource(prelude string, files map[Algo]string) string {
-	var b strings.Builder
-	b.WriteString("local function make_store(KEYS, ARGV, algo)\n")
+	var b, pick strings.Builder
+	pick.WriteString("local function make_store(KEYS, ARGV, algo)\n")
 	for i, a := range alsoAlgos {
-		kw := "elseif"
-		if i == 0 {
-			kw = "if"
-		}
-		fmt.Fprintf(&b, "%s algo == %q then\n", kw, string(a))
+		fn := "store_" + strings.ReplaceAll(string(a), "-", "_")
+		fmt.Fprintf(&b, "local function %s(KEYS, ARGV, algo)\n", fn)
 		b.WriteString(prelude)
 		b.WriteString("local reset_us -- for an algorithm without one (wrapLimit returns it)\n")
 		b.WriteString(wrapLimit(lua(files[a])))
 		b.WriteString(lua("multi.lua"))
 		b.WriteString(lua("also_name.lua"))
-		b.WriteString("\n")
+		b.WriteString("\nend\n")
+		kw := "elseif"
+		if i == 0 {
+			kw = "if"
+		}
+		fmt.Fprintf(&pick, "%s algo == %q then return %s(KEYS, ARGV, algo)\n", kw, string(a), fn)
 	}
-	b.WriteString("end\nend\n")
+	pick.WriteString("end\nend\n")
+	b.WriteString(pick.String())
 	b.WriteString(lua("also.lua"))
 	return b.String()
 }

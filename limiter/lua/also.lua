@@ -1,6 +1,6 @@
 -- also.lua: RL.ACQUIRE key [permits] [ALSO key [permits]]...: several
 -- names decided together, all or nothing, on one node in one call. Built
--- after make_store(KEYS, ARGV, algo), a branch per algorithm, each
+-- after make_store(KEYS, ARGV, algo), a function per algorithm, each
 -- prelude.lua + the algorithm + multi.lua + also_name.lua (see also.go),
 -- so names of any algorithms, explicit or governed by a policy, mix in
 -- one call. Names of one algorithm whose state is stored alike share one

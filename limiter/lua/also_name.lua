@@ -1,7 +1,7 @@
 -- also_name.lua: the end of one store of also.lua. Built after
 -- prelude.lua, an algorithm file wrapped as new_limit (scripts.go's
--- wrapLimit) and multi.lua, all inside a branch of make_store(KEYS,
--- ARGV, algo) (see also.go), which makes a store. also.lua
+-- wrapLimit) and multi.lua, all inside the function of its algorithm
+-- that make_store(KEYS, ARGV, algo) picks (see also.go): it makes a store. also.lua
 -- makes one store per algorithm and state storage among a call's names
 -- (keys of their own, or one policy's hashes), so the set-up that does
 -- not depend on a name (the clock, the prelude's and the algorithm's
