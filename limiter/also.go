@@ -15,23 +15,39 @@ import (
 // is held, not spent).
 var alsoAlgos = []Algo{TokenBucket, SlidingLog, SlidingWindow, FixedWindow, LeakyBucket}
 
-// newAlso builds also.lua after one function per algorithm: its body
-// between the prelude and also_name.lua, as a function of its own, so
-// each name gets its own config, state storage and clock reading.
+// newAlso builds also.lua after make_store(KEYS, ARGV, algo), which
+// makes a store: the names of one algorithm whose state is stored alike
+// share its set-up (clock, functions, state storage); each has its own
+// config and limit. A function per algorithm, its body between the
+// prelude and also_name.lua, picked by an if-chain: no table to build
+// per call, and no one giant function (the embedded backend's Lua
+// compiles one of five preludes too slowly).
 func newAlso(prelude string, files map[Algo]string) *redis.Script {
-	var b strings.Builder
-	b.WriteString("local algos = {}\n")
-	for _, a := range alsoAlgos {
-		fmt.Fprintf(&b, "algos[%q] = function(KEYS, ARGV, algo)\n", string(a))
+	return redis.NewScript(alsoSource(prelude, files))
+}
+
+func alsoSource(prelude string, files map[Algo]string) string {
+	var b, pick strings.Builder
+	pick.WriteString("local function make_store(KEYS, ARGV, algo)\n")
+	for i, a := range alsoAlgos {
+		fn := "store_" + strings.ReplaceAll(string(a), "-", "_")
+		fmt.Fprintf(&b, "local function %s(KEYS, ARGV, algo)\n", fn)
 		b.WriteString(prelude)
 		b.WriteString("local reset_us -- for an algorithm without one (wrapLimit returns it)\n")
 		b.WriteString(wrapLimit(lua(files[a])))
 		b.WriteString(lua("multi.lua"))
 		b.WriteString(lua("also_name.lua"))
 		b.WriteString("\nend\n")
+		kw := "elseif"
+		if i == 0 {
+			kw = "if"
+		}
+		fmt.Fprintf(&pick, "%s algo == %q then return %s(KEYS, ARGV, algo)\n", kw, string(a), fn)
 	}
+	pick.WriteString("end\nend\n")
+	b.WriteString(pick.String())
 	b.WriteString(lua("also.lua"))
-	return redis.NewScript(b.String())
+	return b.String()
 }
 
 // Also returns the script that decides several names on one node together.

@@ -16,15 +16,23 @@
 -- given them back: all or nothing). remaining is the least over the
 -- limits, retry_after the latest (when every limit would have room; for a
 -- reservation, when the last booking holds), reset_after the latest.
-local specs = {{rate, interval, burst}}
-for r, iv in string.gmatch(conf[6] or '', '(%d+):(%d+)') do
-  specs[#specs + 1] = {tonumber(r), tonumber(iv) * 1000, tonumber(r)}
+-- specs_of returns the limits {rate, interval, burst} of a config c
+-- whose first limit is rate, interval, burst.
+local function specs_of(c, rate, interval, burst)
+  local specs = {{rate, interval, burst}}
+  for r, iv in string.gmatch(c[6] or '', '(%d+):(%d+)') do
+    specs[#specs + 1] = {tonumber(r), tonumber(iv) * 1000, tonumber(r)}
+  end
+  return specs
 end
+local specs = specs_of(conf, rate, interval, burst)
 
--- new_multi returns the limiter of the limits whose keys are keys, or nil
--- when keys name the keys of another number of limits (the caller's
--- config is out of date: status 2 makes it read the config again).
-local function new_multi(keys)
+-- new_multi returns the limiter of the limits whose keys are keys (specs:
+-- the script's config's, unless given: also.lua's names have their
+-- own), or nil when keys name the keys of another number of limits (the
+-- caller's config is out of date: status 2 makes it read the config again).
+local function new_multi(keys, specs_)
+  local specs = specs_ or specs
   local per = (#keys - 1) / #specs
   if per < 1 or per ~= floor(per) then
     return nil

@@ -29,54 +29,64 @@
 -- the call in Redis's Lua.
 local ceil, floor, max, min, fmt, match = math.ceil, math.floor, math.max, math.min, string.format, string.match
 
-local conf
 local names_call = ARGV[1] == 'names' -- names.lua's call (see there)
 local hash_prefix, gen_ms -- set for a name whose state is kept in hashes (below)
 local packed, spack, sunpack -- string states are packed doubles (below): struct's functions
-local kind = string.sub(ARGV[2], 1, 1)
-if kind == '=' or kind == '#' then
-  -- A name a policy governs (RL.POLICY): its config comes with the call,
-  -- "=epoch sub_rate interval_ms sub_burst [sub_limits]", and it has no
-  -- config key. One that appeared (RL.SETRATE: an explicit limiter wins
-  -- over any policy) makes the caller read the config again (names.lua
-  -- checks all its names' at once: names_call). '#' is the same config
-  -- with its policy's state hashes first: "#hash_prefix gen_ms epoch ..."
-  -- (see State storage below).
-  if not names_call and redis.call('EXISTS', KEYS[1]) == 1 then
-    return {2, ''}
-  end
-  local e, r, i, b, l
-  if kind == '#' then
-    hash_prefix, gen_ms, e, r, i, b, l = match(ARGV[2], '^#(%S+) (%d+) (%S+) (%d+) (%d+) (%d+) ?(%S*)$')
-    gen_ms = tonumber(gen_ms)
-    local struct = rawget(_G, 'struct')
-    if struct then
-      packed, spack, sunpack = true, struct.pack, struct.unpack
+
+-- read_conf reads the config of the sub-limiter whose config key is key,
+-- for the caller's arg (ARGV[2]): conf and its rate, interval (µs) and
+-- burst, or nil and the script's reply (no limiter, another epoch). A
+-- function so that also.lua reads each of its names' with it.
+local function read_conf(key, arg)
+  local conf
+  local kind = string.sub(arg, 1, 1)
+  if kind == '=' or kind == '#' then
+    -- A name a policy governs (RL.POLICY): its config comes with the call,
+    -- "=epoch sub_rate interval_ms sub_burst [sub_limits]", and it has no
+    -- config key. One that appeared (RL.SETRATE: an explicit limiter wins
+    -- over any policy) makes the caller read the config again (names.lua
+    -- checks all its names' at once: names_call). '#' is the same config
+    -- with its policy's state hashes first: "#hash_prefix gen_ms epoch ..."
+    -- (see State storage below).
+    if not names_call and redis.call('EXISTS', key) == 1 then
+      return nil, {2, ''}
     end
+    local e, r, i, b, l
+    if kind == '#' then
+      hash_prefix, gen_ms, e, r, i, b, l = match(arg, '^#(%S+) (%d+) (%S+) (%d+) (%d+) (%d+) ?(%S*)$')
+      gen_ms = tonumber(gen_ms)
+      local struct = rawget(_G, 'struct')
+      if struct then
+        packed, spack, sunpack = true, struct.pack, struct.unpack
+      end
+    else
+      e, r, i, b, l = match(arg, '^=(%S+) (%d+) (%d+) (%d+) ?(%S*)$')
+    end
+    if not e then
+      return nil, redis.error_reply('ERR internal: malformed policy config')
+    end
+    conf = {e, r, i, b, '0', l ~= '' and l or false}
   else
-    e, r, i, b, l = match(ARGV[2], '^=(%S+) (%d+) (%d+) (%d+) ?(%S*)$')
+    conf = redis.call('HMGET', key, 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms', 'sub_limits')
+    if not conf[1] then
+      return nil, {1, ''}
+    end
+    if arg ~= '' and arg ~= conf[1] then
+      return nil, {2, conf[1]}
+    end
   end
-  if not e then
-    return redis.error_reply('ERR internal: malformed policy config')
+  -- Use keeps the limiter alive for ttl more; only ever extend the expiry
+  -- (a proxy keeping a sharded limiter alive may have set it further out).
+  local ttl = tonumber(conf[5])
+  if ttl > 0 and redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
   end
-  conf = {e, r, i, b, '0', l ~= '' and l or false}
-else
-  conf = redis.call('HMGET', KEYS[1], 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms', 'sub_limits')
-  if not conf[1] then
-    return {1, ''}
-  end
-  if ARGV[2] ~= '' and ARGV[2] ~= conf[1] then
-    return {2, conf[1]}
-  end
+  return conf, tonumber(conf[2]), tonumber(conf[3]) * 1000, tonumber(conf[4])
 end
-local rate = tonumber(conf[2])
-local interval = tonumber(conf[3]) * 1000 -- microseconds
-local burst = tonumber(conf[4])
-local ttl = tonumber(conf[5])
--- Use keeps the limiter alive for ttl more; only ever extend the expiry
--- (a proxy keeping a sharded limiter alive may have set it further out).
-if ttl > 0 and redis.call('PTTL', KEYS[1]) < ttl then
-  redis.call('PEXPIRE', KEYS[1], ttl)
+
+local conf, rate, interval, burst = read_conf(KEYS[1], ARGV[2]) -- interval: microseconds
+if not conf then
+  return rate -- read_conf's reply
 end
 
 -- Time comes from this Redis server, never from a proxy or a caller.
