@@ -60,7 +60,10 @@ type conn struct {
 	spare   []byte
 	writing bool
 	waiters []*waiter
-	err     error // once set, the connection is done
+	// The array waiters starts in when it is empty (end hands waiters
+	// out once c.err is set, after which nothing is added).
+	waiterMem []*waiter
+	err       error // once set, the connection is done
 
 	// owner is the session a pinned connection serves (nil on shared
 	// ones): it takes the frames no command asked for (Pub/Sub messages,
@@ -74,9 +77,9 @@ type conn struct {
 	// A lazy connection (a shared one, not under TLS) has no reader while
 	// no reply is awaited: the sender that makes it busy reads (reading),
 	// inline or on a new goroutine. Whether Redis closed it meanwhile is
-	// checked on the socket (raw) before it is used.
+	// checked on the socket (peek) before it is used.
 	lazy    bool
-	raw     syscall.RawConn
+	peek    *peeker
 	reading bool
 
 	// The watchdog's view (its goroutine only): the head waiter it saw
@@ -161,8 +164,9 @@ func dial(ctx context.Context, o dialOptions, proto int, lazy bool) (*conn, erro
 	}
 	c := &conn{nc: nc, addr: o.addr, r: r, id: id}
 	if sc, ok := nc.(syscall.Conn); ok && lazy && canPeek {
-		c.raw, _ = sc.SyscallConn()
-		c.lazy = c.raw != nil
+		if rc, err := sc.SyscallConn(); err == nil {
+			c.peek, c.lazy = newPeeker(rc), true
+		}
 	}
 	if !c.lazy {
 		c.reading = true
@@ -203,7 +207,15 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 	for _, cmd := range cmds {
 		c.out = resp.AppendCommand(c.out, cmd...)
 	}
+	if len(c.waiters) == 0 {
+		// Answered waiters leave from the front: start again at the
+		// front of the array rather than append past its end into a new one.
+		c.waiters = c.waiterMem[:0]
+	}
 	c.waiters = append(c.waiters, ws...)
+	if len(c.waiters) == len(ws) {
+		c.waiterMem = c.waiters[:0]
+	}
 	if queue {
 		c.mu.Unlock()
 		return
@@ -335,21 +347,38 @@ func (c *conn) stopReading() bool {
 	return true
 }
 
-// flushing are the sessions that got replies not yet written.
-type flushing []*Session
+// flushing are the sessions that got replies not yet written, in the
+// order they got them. The first few are kept in an array (the value
+// lives on its reader's stack: no allocation for a run of few sessions).
+type flushing struct {
+	few  [8]*Session
+	n    int
+	more []*Session // past the first len(few)
+}
 
 func (f *flushing) add(s *Session) {
-	if s != nil && !slices.Contains(*f, s) {
-		*f = append(*f, s)
+	if s == nil || slices.Contains(f.few[:f.n], s) || slices.Contains(f.more, s) {
+		return
 	}
+	if f.n < len(f.few) {
+		f.few[f.n] = s
+		f.n++
+		return
+	}
+	f.more = append(f.more, s)
 }
 
 func (f *flushing) flush() {
-	for i, s := range *f {
-		s.flush()
-		(*f)[i] = nil
+	for i := range f.n {
+		f.few[i].flush()
+		f.few[i] = nil
 	}
-	*f = (*f)[:0]
+	for i, s := range f.more {
+		s.flush()
+		f.more[i] = nil
+	}
+	f.n = 0
+	f.more = f.more[:0]
 }
 
 // deliver gives a frame to its waiter (and returns the waiter's
@@ -470,7 +499,7 @@ func (c *conn) broken() bool {
 	c.mu.Lock()
 	// Checked with mu held: no command can be sent meanwhile, so any
 	// byte there is one nobody asked for.
-	gone := c.lazy && !c.reading && c.err == nil && peerClosed(c.raw)
+	gone := c.lazy && !c.reading && c.err == nil && c.peek.peerClosed()
 	err := c.err
 	c.mu.Unlock()
 	if gone {

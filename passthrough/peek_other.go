@@ -7,4 +7,8 @@ import "syscall"
 // canPeek: without a non-blocking peek, every connection keeps a reader.
 const canPeek = false
 
-func peerClosed(syscall.RawConn) bool { return false }
+type peeker struct{}
+
+func newPeeker(syscall.RawConn) *peeker { return &peeker{} }
+
+func (*peeker) peerClosed() bool { return false }

@@ -34,6 +34,11 @@ type Session struct {
 	selected     bool                       // SELECTed another database: pinned for life
 	subs         map[string]map[string]bool // subscriptions by kind ("subscribe", ...)
 	closed       bool
+
+	scratch struct { // Forward's, reused from one call to the next
+		cmds [][]string
+		ws   []*waiter
+	}
 }
 
 // Open starts a client's session. push relays a frame the backend sent
@@ -110,6 +115,8 @@ func (b *batch) flush() {
 		b.c.send(b.cmds, b.ws, b.inline)
 	}
 	// send copied them: the slices serve the next connection's run.
+	clear(b.cmds) // nor the arguments (they may be big) nor the waiters
+	clear(b.ws)   // are kept alive by the scratch slices
 	b.c, b.cmds, b.ws = nil, b.cmds[:0], b.ws[:0]
 }
 
@@ -130,11 +137,20 @@ func (s *Session) Forward(proto int, calls [][]string, reply Reply) {
 	// come), a reader goroutine per connection reads the replies of many
 	// clients.
 	b := batch{inline: len(calls) == 1 && s.g.o.Poller.Quiet()}
-	defer b.flush()
-	// One allocation each for the run's waiters and what is sent.
+	// What is sent is gathered in the session's scratch slices (send
+	// copies it), taken for the call: one allocation per run, its waiters.
+	s.mu.Lock()
+	b.cmds, b.ws = s.scratch.cmds, s.scratch.ws
+	s.scratch.cmds, s.scratch.ws = nil, nil
+	s.mu.Unlock()
+	defer func() {
+		b.flush()
+		s.mu.Lock()
+		s.scratch.cmds, s.scratch.ws = b.cmds, b.ws
+		s.mu.Unlock()
+	}()
 	ws := make([]waiter, len(calls))
 	var keyBuf [4]string // a call's keys, most often one
-	b.cmds, b.ws = make([][]string, 0, len(calls)), make([]*waiter, 0, len(calls))
 	for i, args := range calls {
 		cmd := commandOf(args[0])
 		name := cmd.name

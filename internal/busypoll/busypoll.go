@@ -101,7 +101,9 @@ func (p *Poller) Wrap(c net.Conn, maxInProgress int64) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &conn{TCPConn: tc, p: p, raw: raw, max: maxInProgress}
+	pc := &conn{TCPConn: tc, p: p, raw: raw, max: maxInProgress}
+	pc.pollFn = pc.poll
+	return pc
 }
 
 type conn struct {
@@ -110,6 +112,15 @@ type conn struct {
 	raw  syscall.RawConn
 	max  int64
 	cold bool // the last wait outlasted the budget
+
+	// The polling read's state, in the connection rather than captured
+	// by a closure: no allocation per read. pollFn is poll, bound once.
+	pollFn        func(fd uintptr) bool
+	buf           []byte
+	begin         time.Time
+	n             int
+	rerr          error
+	slept, caught bool // gave up polling; data came while polling
 }
 
 // Read polls for data up to the budget, then waits as net.Conn does.
@@ -127,27 +138,10 @@ func (c *conn) Read(b []byte) (int, error) {
 		}
 		return n, err
 	}
-	var n int
-	var rerr error
-	slept, caught := false, false // gave up polling; data came while polling
-	err := c.raw.Read(func(fd uintptr) bool {
-		for i := 0; ; i++ {
-			n, rerr = read(int(fd), b)
-			if rerr != syscall.EAGAIN {
-				caught = !slept
-				return true
-			}
-			if slept {
-				return false // woken by the poller but nothing there: wait again
-			}
-			yield()
-			if i%8 == 7 && (time.Since(begin) > c.p.budget || c.p.inProgress.Load() > c.max) {
-				slept = true
-				c.p.polling.Store(false)
-				return false // let the runtime park us until data arrives
-			}
-		}
-	})
+	c.buf, c.begin, c.n, c.rerr, c.slept, c.caught = b, begin, 0, nil, false, false
+	err := c.raw.Read(c.pollFn)
+	n, rerr, slept, caught := c.n, c.rerr, c.slept, c.caught
+	c.buf, c.rerr = nil, nil // the caller's buffer is not kept
 	c.p.polled.Add(1)
 	if caught {
 		c.p.caught.Add(1)
@@ -167,6 +161,27 @@ func (c *conn) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// poll is the polling read's callback (raw.Read): it reads until data
+// comes or the budget is spent, then lets the runtime park the reader.
+func (c *conn) poll(fd uintptr) bool {
+	for i := 0; ; i++ {
+		c.n, c.rerr = read(int(fd), c.buf)
+		if c.rerr != syscall.EAGAIN {
+			c.caught = !c.slept
+			return true
+		}
+		if c.slept {
+			return false // woken by the poller but nothing there: wait again
+		}
+		yield()
+		if i%8 == 7 && (time.Since(c.begin) > c.p.budget || c.p.inProgress.Load() > c.max) {
+			c.slept = true
+			c.p.polling.Store(false)
+			return false // let the runtime park us until data arrives
+		}
+	}
 }
 
 // acquire takes the single polling slot if no more than max requests

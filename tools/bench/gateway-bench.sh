@@ -6,7 +6,9 @@
 #   scenarios: 50 connections unpipelined (p1) and x pipeline 16 (p16) on
 #   an uncapped Redis; the same on a Redis capped at 10% of one core
 #   (capped-*: Redis is the scarce resource, so what counts is its CPU per
-#   command, shown too); one connection (light: GET p50 latency).
+#   command, shown too); one connection (light: GET p50 latency); four
+#   connections unpipelined (c4: few clients, where queuing commands
+#   behind a round trip buys little batching).
 #
 #   peer: twemproxy (Debian's nutcracker, when installed) in front of the
 #   same Redis, in the same rounds: the table adds its throughput and p50
@@ -14,7 +16,7 @@
 #
 # Needs redis-server and redis-benchmark; the capped runs need a writable
 # cgroup cpu controller (root). ROUNDS (default 3) and REQUESTS (default
-# 200000 per test; light: a tenth) tune it.
+# 200000 per test; light and c4: a tenth) tune it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 GO=${GO:-go}
@@ -90,7 +92,7 @@ run() {
 	local before after pbefore pafter
 	before=$(redis_cpu "$rport") pbefore=$(proxy_cpu "$port")
 	local n=$REQUESTS
-	[ "$name" != light ] || n=$((REQUESTS / 10))
+	case $name in light | c4) n=$((REQUESTS / 10)) ;; esac
 	redis-benchmark -h 127.0.0.1 -p "$port" -n "$n" --csv "$@" >"$work/out.csv"
 	after=$(redis_cpu "$rport") pafter=$(proxy_cpu "$port")
 	local tests
@@ -116,7 +118,7 @@ if command -v nutcracker >/dev/null; then
 else
 	say "gateway-bench: no twemproxy (apt-get install nutcracker): no peer columns"
 fi
-scenarios=("p1:-c 50 -P 1 -t get,set" "p16:-c 50 -P 16 -t get,set" "light:-c 1 -P 1 -t get")
+scenarios=("p1:-c 50 -P 1 -t get,set" "p16:-c 50 -P 16 -t get,set" "light:-c 1 -P 1 -t get" "c4:-c 4 -P 1 -t get")
 start_redis
 CR=$REDIS_PORT
 CR_PID=$REDIS_PID
