@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
 // A forwarded command or reply may be as large as Redis allows:
@@ -55,5 +56,68 @@ func TestGatewayBigValues(t *testing.T) {
 	}
 	if got := r.Line(); got != "-ERR Protocol error: request is larger than max_request_bytes (1048576 bytes)" {
 		t.Fatalf("a 2 MiB RL.SETRATE: %q", got)
+	}
+}
+
+// Big arguments of forwarded commands are taken out of the stream before
+// redcon parses it (server/bigarg.go) and put back before the command
+// runs: a pipeline mixing them with small commands, a big key, several
+// big values in one command and 4-byte arguments (a marker's size),
+// written in odd-sized pieces that cut every header, reaches Redis
+// intact and in order.
+func TestGatewayBigArgumentsInPieces(t *testing.T) {
+	h := start(t, passthroughOn)
+	ctx := context.Background()
+	val := func(n int, c byte) string {
+		b := []byte(strings.Repeat(string(c), n))
+		for i := 0; i < n; i += 4099 {
+			b[i] = byte('a' + i%26) // not one repeated byte: an offset would show
+		}
+		return string(b)
+	}
+	bigKey := "k:" + val(1<<20, 'K')
+	v1, v2, v3 := val(1<<20, 'x'), val(3<<20+5, 'y'), val(2<<20, 'z')
+	cmds := [][]string{
+		{"SET", "small", "abcd"},
+		{"SET", "one", v1},
+		{"MSET", "two", v2, "three", v3, "four", "wxyz"},
+		{"SET", bigKey, "1234"},
+		{"APPEND", "one", "tail"},
+		{"GET", "four"},
+	}
+	var stream []byte
+	for _, c := range cmds {
+		stream = resp.AppendCommand(stream, c...)
+	}
+	r := h.raw(t)
+	go func() {
+		// Pieces of 1 to 13 bytes around each header, 64 KiB in bodies.
+		for i, k := 0, 0; i < len(stream); k++ {
+			n := 1 + k%13
+			if k%3 == 0 {
+				n = 64 << 10
+			}
+			n = min(n, len(stream)-i)
+			if _, err := r.c.Write(stream[i : i+n]); err != nil {
+				return
+			}
+			i += n
+		}
+	}()
+	for _, want := range []string{"+OK", "+OK", "+OK", "+OK", ":1048580", "$4", "wxyz"} {
+		if got := r.Line(); got != want {
+			t.Fatalf("reply %q, want %q", got, want)
+		}
+	}
+	b := h.backend.Client(t)
+	for k, want := range map[string]string{"small": "abcd", "one": v1 + "tail", "two": v2, "three": v3, "four": "wxyz", bigKey: "1234"} {
+		if got := b.Get(ctx, k).Val(); got != want {
+			t.Errorf("GET %.12q on the backend: %d bytes, want %d", k, len(got), len(want))
+		}
+	}
+	// RL.* commands stay bounded by max_request_bytes, big argument or not.
+	r.Send("RL.SETRATE", "k", v1)
+	if got := r.Line(); got != "-ERR Protocol error: request is larger than max_request_bytes (1048576 bytes)" {
+		t.Fatalf("a big RL.SETRATE: %q", got)
 	}
 }
