@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
@@ -120,4 +121,50 @@ func TestGatewayBigArgumentsInPieces(t *testing.T) {
 	if got := r.Line(); got != "-ERR Protocol error: request is larger than max_request_bytes (1048576 bytes)" {
 		t.Fatalf("a big RL.SETRATE: %q", got)
 	}
+}
+
+// A client that reads a big streamed reply slowly is not one that
+// stopped reading: it is paced, never closed, though one write of its
+// buffer takes it much longer than passthrough_client_stall (each piece
+// it takes counts as progress).
+func TestGatewaySlowReaderNotClosed(t *testing.T) {
+	const size, buffer = 10 << 20, 4 << 20
+	h := start(t, passthroughOn, func(c *config.Config) {
+		c.PassthroughClientBuffer = buffer
+		c.PassthroughClientStall = time.Second
+		c.PassthroughTimeout = time.Minute // Redis's own time to build the reply is not the point
+	})
+	if err := h.backend.Client(t).SetRange(context.Background(), "slow", size-1, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := h.raw(t)
+	r.Send("GET", "slow")
+	_ = r.c.SetReadDeadline(time.Now().Add(time.Minute))
+	got, buf := 0, make([]byte, 32<<10)
+	for got < size+len("$10485760\r\n\r\n") {
+		n, err := r.r.Read(buf)
+		if err != nil {
+			t.Fatalf("closed after %d of %d bytes: %v", got, size, err)
+		}
+		got += n
+		// 3.2 MB/s at most: a write of its 4 MB buffer takes it over
+		// the stall (1 s), a piece of it (256 KiB) far less.
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := infoField(t, h, "passthrough", "client_buffer_closed"); n != "0" {
+		t.Errorf("client_buffer_closed:%s, want 0", n)
+	}
+}
+
+// infoField reads one field of an INFO section.
+func infoField(t testing.TB, h *harness, section, field string) string {
+	t.Helper()
+	info := h.Do(t, "INFO", section).OK().(string)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v
+		}
+	}
+	t.Fatalf("INFO %s has no %s: %q", section, field, info)
+	return ""
 }
