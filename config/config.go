@@ -276,6 +276,14 @@ type Config struct {
 	// client-output-buffer-limit. 0 means no bound. Defaults to 33554432
 	// (32 MiB).
 	PassthroughClientBuffer int `mapstructure:"passthrough_client_buffer"`
+
+	// (Optional) How long a client that holds passthrough_client_buffer
+	// bytes of a big streamed reply may take none of it before it is
+	// closed. The clients sharing its backend connection wait that long
+	// for their replies, so it is kept apart from passthrough_timeout
+	// (which must cover Redis's own time to build a big reply). Must be
+	// > 0. Defaults to 5s.
+	PassthroughClientStall time.Duration `mapstructure:"passthrough_client_stall"`
 }
 
 // Default returns the configuration used for every key that no file,
@@ -326,6 +334,7 @@ func Default() Config {
 		PassthroughMaxPinnedPerUser: 0,
 		PassthroughTimeout:          5 * time.Second,
 		PassthroughClientBuffer:     32 << 20,
+		PassthroughClientStall:      5 * time.Second,
 	}
 }
 
@@ -446,6 +455,9 @@ func (c Config) Validate() error {
 	}
 	if c.PassthroughClientBuffer < 0 {
 		bad("passthrough_client_buffer must be >= 0 (got %d)", c.PassthroughClientBuffer)
+	}
+	if c.PassthroughClientStall <= 0 {
+		bad("passthrough_client_stall must be > 0 (got %q)", c.PassthroughClientStall.String())
 	}
 	if c.PassthroughBackend != "" {
 		errs = append(errs, checkURLs("passthrough_backend", []string{c.PassthroughBackend}, false)...)

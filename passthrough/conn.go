@@ -55,9 +55,13 @@ type conn struct {
 	id   int64  // the backend's CLIENT ID (pinned connections; else 0)
 	pool string // whose connections it is one of (Tenant.pool)
 
-	mu      sync.Mutex
-	out     []byte
-	spare   []byte
+	mu    sync.Mutex
+	out   []byte
+	spare []byte
+	// Commands with a big argument, before out: that argument is written
+	// from the client's request where it lies, never copied (a 100 MB
+	// SET costs one copy of its value, not two).
+	parts   net.Buffers
 	writing bool
 	waiters []*waiter
 	// The array waiters starts in when it is empty (end hands waiters
@@ -205,7 +209,7 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 	}
 	queue := c.lazy && c.reading && len(c.waiters) > 0
 	for _, cmd := range cmds {
-		c.out = resp.AppendCommand(c.out, cmd...)
+		c.parts, c.out = resp.AppendCommandViews(c.parts, c.out, bigArg, cmd...)
 	}
 	if len(c.waiters) == 0 {
 		// Answered waiters leave from the front: start again at the
@@ -237,16 +241,26 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 	}
 }
 
+// bigArg is the size from which an argument is written where it lies
+// rather than copied into out.
+const bigArg = 64 << 10
+
 // writeOut writes the queued commands, unless another goroutine is
 // writing them (mu held; let go while writing). It reports false, with
 // mu let go, when the write failed and the connection is done.
 func (c *conn) writeOut() bool {
-	for len(c.out) > 0 && !c.writing && c.err == nil {
+	for (len(c.out) > 0 || c.parts != nil) && !c.writing && c.err == nil {
 		c.writing = true
-		b := c.out
-		c.out = c.spare[:0]
+		b, parts := c.out, c.parts
+		c.out, c.parts = c.spare[:0], nil
 		c.mu.Unlock()
-		_, err := c.nc.Write(b)
+		var err error
+		if parts == nil {
+			_, err = c.nc.Write(b)
+		} else {
+			parts = append(parts, b)
+			_, err = parts.WriteTo(c.nc)
+		}
 		c.mu.Lock()
 		c.writing = false
 		c.spare = b[:0]

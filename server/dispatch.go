@@ -30,6 +30,9 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	defer s.drain.busy.Add(-1)
 	c.cmds = append(append(c.cmds[:0], cmd), conn.ReadPipeline()...)
 	calls := argStrings(c.calls[:0], c.cmds)
+	if g, ok := c.conn.(*guardedConn); ok && len(g.bigs) > 0 {
+		g.restore(calls)
+	}
 	c.calls = calls
 	clear(c.cmds) // calls keep what they need of them
 	defer clear(c.calls)

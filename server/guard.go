@@ -56,10 +56,14 @@ type guardedConn struct {
 	// command rlproxy owns is bounded by max_request_bytes).
 	count, word1 int64
 	word         [24]byte
-	bounded      bool  // max_request_bytes holds for the current command
-	cr           bool  // the current argument's CRLF began with CR
-	neg          bool  // the command's count is negative ("*-10": a no-op, as in Redis)
-	hs           int   // where the current command's header began in the buffer scanned
+	bounded      bool // max_request_bytes holds for the current command
+	cr           bool // the current argument's CRLF began with CR
+	neg          bool // the command's count is negative ("*-10": a no-op, as in Redis)
+	hs           int  // where the current command's header began in the buffer scanned
+	bs           int  // where the current argument's header began in the buffer scanned
+	bulkCut      bool // the buffer scanned ended in an argument's header: held back till it is whole
+	taking       bool // the current argument is being taken out (bigarg.go)
+	bigs         []bigArg
 	big          bool  // this connection sent a big request (memory to give back)
 	err          error // a protocol error to report at the next Read
 
@@ -105,6 +109,17 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		c.linger()
 		return 0, fmt.Errorf("%w: %w", errBadFrame, c.err)
 	}
+	for c.taking && c.body > 2 && len(c.held) == 0 {
+		// The rest of a big argument is read straight into its buffer.
+		a := &c.bigs[len(c.bigs)-1]
+		m, err := c.read(a.body[a.got:])
+		a.got += m
+		c.body -= int64(m)
+		c.size += int64(m)
+		if err != nil {
+			return 0, err
+		}
+	}
 	fromHeld := len(c.held) > 0 && !c.partial
 	if !fromHeld && c.heldErr != nil {
 		err := c.heldErr
@@ -126,10 +141,12 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 	}
 	// scan may drop no-op commands ("*0\r\n"): p[:total] is what is left.
 	ok, total := c.scan(p[:n], c.limits())
-	cut := c.st == stCount || c.st == stCountLF // a header cut short: held back till it is whole
-	if cut {
+	// A header cut short: held back till it is whole.
+	cut := c.st == stCount || c.st == stCountLF || c.bulkCut
+	if cut && !c.bulkCut {
 		c.st, c.neg = stStart, false
 	}
+	c.bulkCut = false
 	switch {
 	case c.err != nil:
 		c.held = nil
@@ -325,7 +342,7 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 			if ch != '$' {
 				return c.fail(i, fmt.Sprintf("expected '$', got '%c'", ch)), len(b)
 			}
-			c.st, c.n = stSize, -1
+			c.st, c.n, c.bs = stSize, -1, i
 		case stSizeLF:
 			if ch != '\n' {
 				return c.fail(i, "invalid bulk length"), len(b)
@@ -341,6 +358,9 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 			c.st, c.body = stBody, c.n+2
 			if c.args == c.count {
 				c.word1 = c.n
+			} else if lim.forwarding && !c.bounded && c.n >= bigArgMin {
+				b = c.take(b, c.bs, i+1, c.n)
+				i = c.bs + len(markerHeader) + 3
 			}
 		case stBody:
 			if c.body <= 2 {
@@ -353,6 +373,13 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 					return c.fail(max(i-1, 0), "invalid bulk length"), len(b)
 				}
 				c.body--
+			} else if c.taking {
+				skip := min(c.body-2, int64(len(b)-i))
+				b = c.fill(b, i, int(skip))
+				c.body -= skip
+				c.size += skip - 1
+				i-- // b[i] is the next byte now
+				continue
 			} else {
 				skip := min(c.body-2, int64(len(b)-i))
 				if c.args == c.count && c.word1 <= int64(len(c.word)) {
@@ -366,6 +393,7 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 				i += int(skip) - 1
 			}
 			if c.body == 0 {
+				c.taking = false
 				if c.args == c.count && lim.forwarding {
 					c.bounded = c.owned()
 					if c.bounded && c.size+6*(c.args-1) > lim.maxRequest {
@@ -391,6 +419,13 @@ func (c *guardedConn) scan(b []byte, lim frameLimits) (good, total int) {
 	}
 	if c.st == stCount || c.st == stCountLF {
 		return c.hs, len(b)
+	}
+	if (c.st == stSize || c.st == stSizeLF) && lim.forwarding && c.args != c.count {
+		// An argument's header is rewritten when it announces a big one
+		// (bigarg.go): it goes to redcon whole, so held back till then.
+		c.size -= int64(len(b) - c.bs)
+		c.st, c.bulkCut = stBulk, true
+		return c.bs, len(b)
 	}
 	return len(b), len(b)
 }

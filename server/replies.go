@@ -3,6 +3,7 @@ package server
 import (
 	"io"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -45,8 +46,10 @@ type replies struct {
 	// A big reply is being streamed (fillPart): written as it comes, even
 	// while the reader holds the queue (it may be the one streaming).
 	streaming bool
-	written   uint64 // writes done, ever: a client that reads makes them
-	dead      bool   // over limit: replies are dropped, the client closed
+	// Pieces of writes done, ever: a client that reads makes them (counted
+	// without mu, while a write is under way).
+	written atomic.Uint64
+	dead    bool // over limit: replies are dropped, the client closed
 }
 
 type slot struct {
@@ -232,7 +235,7 @@ func (q *replies) startWrite() {
 	if q.raw != nil {
 		n := tryWrite(q.raw, q.out)
 		if n > 0 {
-			q.written++
+			q.written.Add(1)
 		}
 		q.out = q.out[:copy(q.out, q.out[n:])]
 		if len(q.out) == 0 {
@@ -287,10 +290,10 @@ func (q *replies) fillPart(seq uint64, part []byte) bool {
 	}
 	// Room for one more part like this one: so the queue never grows past
 	// limit while the reply lasts.
-	seen, since := q.written, time.Now()
+	seen, since := q.written.Load(), time.Now()
 	for !q.dead && held() > 0 && held()+len(part) > q.limit {
-		if q.written != seen {
-			seen, since = q.written, time.Now()
+		if w := q.written.Load(); w != seen {
+			seen, since = w, time.Now()
 		} else if time.Since(since) >= q.stall {
 			q.kill()
 			break
@@ -307,6 +310,9 @@ func (q *replies) fillPart(seq uint64, part []byte) bool {
 	return !q.dead
 }
 
+// writePiece is the most flush writes at once (see flush).
+const writePiece = 256 << 10
+
 // flush writes out (called with mu held, which it lets go while writing).
 func (q *replies) flush() {
 	if q.dead {
@@ -319,10 +325,18 @@ func (q *replies) flush() {
 		q.inFlight = len(b)
 		q.mu.Unlock()
 		// A write error means the client is gone: its reader sees it too.
-		_, _ = q.w.Write(b)
+		// In pieces, each counted: a client that reads a big write slowly
+		// is not one that stopped reading (fillPart).
+		for rest := b; len(rest) > 0; {
+			n, err := q.w.Write(rest[:min(len(rest), writePiece)])
+			q.written.Add(1)
+			if err != nil {
+				break
+			}
+			rest = rest[n:]
+		}
 		q.mu.Lock()
 		q.writing, q.inFlight = false, 0
-		q.written++
 		if cap(b) > bigReply {
 			b = nil // not kept for the rest of the connection's life
 			q.onBig()

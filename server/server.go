@@ -64,7 +64,7 @@ type Options struct {
 	ForwardBuffer int
 	// ForwardStall is how long a client may take none of a big forwarded
 	// reply streamed to it while it holds ForwardBuffer bytes before it
-	// is closed (passthrough_timeout): the backend connection it shares
+	// is closed (passthrough_client_stall): the backend connection it shares
 	// waits for it meanwhile.
 	ForwardStall time.Duration
 	// Poller, when set, is told of every request in progress and lets

@@ -98,7 +98,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 	o.Version, o.Log, o.Poller = Version, log, poller
 	if gw != nil {
 		o.Forward = forwarder{gw}
-		o.ForwardBuffer, o.ForwardStall = cfg.PassthroughClientBuffer, cfg.PassthroughTimeout
+		o.ForwardBuffer, o.ForwardStall = cfg.PassthroughClientBuffer, cfg.PassthroughClientStall
 		o.Embedded = pool.Embedded()
 	}
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)

@@ -3,7 +3,11 @@
 // and the test harness share, and the one frame reader.
 package resp
 
-import "strconv"
+import (
+	"net"
+	"strconv"
+	"unsafe"
+)
 
 // AppendCommand appends a command as a RESP array of bulk strings.
 func AppendCommand(b []byte, args ...string) []byte {
@@ -18,4 +22,28 @@ func AppendCommand(b []byte, args ...string) []byte {
 		b = append(b, "\r\n"...)
 	}
 	return b
+}
+
+// AppendCommandViews is AppendCommand for a command that may hold big
+// arguments: an argument of min bytes or more is not copied. The bytes
+// encoded before it move to parts, then a view of the argument itself
+// (read-only: it is the caller's string), and encoding goes on in a new
+// b. Writing parts and then b (net.Buffers.WriteTo) sends the command.
+func AppendCommandViews(parts net.Buffers, b []byte, min int, args ...string) (net.Buffers, []byte) {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, "\r\n"...)
+	for _, a := range args {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, "\r\n"...)
+		if len(a) >= min && len(a) > 0 {
+			parts = append(parts, b, unsafe.Slice(unsafe.StringData(a), len(a)))
+			b = nil
+		} else {
+			b = append(b, a...)
+		}
+		b = append(b, "\r\n"...)
+	}
+	return parts, b
 }

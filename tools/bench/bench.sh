@@ -17,7 +17,9 @@
 # the rlbench scenario groups to run; the report marks the others not
 # run), BENCH_GO (1: also run the Go benchmarks), BENCH_MEMORY (1: also
 # tools/bench/memory.sh: the proxy's RSS per limiter, Redis's memory per policy
-# name), BENCH_OUT (bench-results),
+# name), BENCH_BIG (1: also the gateway's big values: peak RSS of a real
+# rlproxy for 200 MB replies to clients that never read, a 100 MB SET+GET),
+# BENCH_OUT (bench-results),
 # BENCH_RLS_REF (envoyproxy/ratelimit's binary: also run tools/rlsside bench),
 # BENCH_RLPROXY (a prebuilt rlproxy binary to measure instead of this
 # tree's: the same suite on an older version, for before/after tables).
@@ -279,4 +281,13 @@ fi
 if [ "${BENCH_MEMORY:-1}" = 1 ]; then
 	say "bench: the proxy's memory per limiter and per policy name (tools/bench/memory.sh; about 4 minutes)"
 	MEM_RLPROXY="$work/rlproxy" bash tools/bench/memory.sh | tee "$OUT/memory.txt"
+fi
+
+# Big values through the gateway (issue 30): the peak RSS of a real rlproxy
+# while five clients that never read GET a 200 MB value, and while one
+# client SETs and GETs 100 MB (cmd/rlproxy/size_linux_test.go).
+if [ "${BENCH_BIG:-1}" = 1 ]; then
+	say "bench: big values through the gateway (200 MB replies nobody reads, a 100 MB SET+GET; about 2 minutes)"
+	RLPROXY_BIG_REPLY_MB=200 RLPROXY_BIG_VALUE_MB=100 $GO test -count=1 -run='^TestBinaryGateway(NonReadingClients|BigValue)$' -v ./cmd/rlproxy |
+		grep -E '^(--- |ok|FAIL|\s+size_linux_test)' | tee "$OUT/big-values.txt"
 fi
