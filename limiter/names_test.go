@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"strings"
@@ -673,5 +674,52 @@ func TestNamesAcrossGenerations(t *testing.T) {
 		if len(gs) < 4 {
 			t.Errorf("name %d: %d grants in %d ms", k, len(gs), (clock()-start)/1000)
 		}
+	}
+}
+
+// TestNamesInlineSameAsAlone: names asked once, which a token bucket's
+// and a fixed window's names calls decide inline (names.lua), decide as
+// each name's own script call does, from random states (used, full,
+// in debt by RL.CHARGE) and for random permits (some past the rate).
+func TestNamesInlineSameAsAlone(t *testing.T) {
+	r := newRig(t)
+	const conf = "#rl:{policies}:s:i1.7200001p 7200001 i1 10 3600000 10" // 10 per hour, burst 10
+	rnd := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	for _, algo := range []limiter.Algo{limiter.FixedWindow, limiter.TokenBucket} {
+		t.Run(string(algo), func(t *testing.T) {
+			script := r.scripts.Names(limiter.Config{Algo: algo}, false)
+			var names []*lim
+			var twins []*lim
+			for i := range 24 {
+				n := r.open(t, fmt.Sprintf("inl:%s:n:%d", algo, i), algo, "i1")
+				m := r.open(t, fmt.Sprintf("inl:%s:m:%d", algo, i), algo, "i1")
+				used, charged := int64(rnd.IntN(12)), int64(rnd.IntN(4)*rnd.IntN(15))
+				for _, l := range []*lim{n, m} {
+					if used > 0 {
+						l.mustOK(l.call(limiter.OpAcquire, []limiter.Ask{ask(used)}, limiter.AcquireArgs(conf, []limiter.Ask{ask(used)})))
+					}
+					if charged > 0 {
+						l.mustOK(l.call(limiter.OpCharge, []limiter.Ask{ask(charged)}, limiter.ChargeArgs(conf, charged)))
+					}
+				}
+				names, twins = append(names, n), append(twins, m)
+			}
+			for call := range 4 {
+				var asks []limiter.NameAsks
+				for _, n := range names {
+					asks = append(asks, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(int64(1 + rnd.IntN(12)))}})
+				}
+				reps := r.names(t, script, conf, asks, false)
+				for i, tw := range twins {
+					got := reps[i].Results[0]
+					w := tw.call(limiter.OpAcquire, asks[i].Asks, limiter.AcquireArgs(conf, asks[i].Asks)).Results[0]
+					near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
+					if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
+						!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
+						t.Errorf("call %d, name %d, %d permits: %+v, alone %+v", call, i, asks[i].Asks[0].Permits, got, w)
+					}
+				}
+			}
+		})
 	}
 }

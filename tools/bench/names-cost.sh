@@ -57,7 +57,8 @@ def names_script(d, algo):
     return ((read('calendar.lua') if cal else '') + read('prelude.lua') + 'local function new_limit(rate, interval, burst, KEYS)\n' +
             read(algo + '.lua') + '\nreturn {capacity = capacity, load = load, save = save, try = try, ' +
             'try_run = try_run,\n  available = available, give = give, charge = charge, reset_us = reset_us}\nend\n' +
-            'local new_multi\nlocal bucket_names = %s\n' % ('true' if algo == 'token_bucket' else 'false') + read('names.lua'))
+            'local new_multi\nlocal bucket_names, window_names = %s, %s\n' % (
+                str(algo == 'token_bucket').lower(), str(algo == 'fixed_window').lower()) + read('names.lua'))
 
 def old_format(d):  # before the names op and the unsuffixed generation length
     return "'names'" not in open(d + '/prelude.lua').read()
