@@ -103,17 +103,7 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 					if st := reps[len(twins)].Status; st != limiter.StatusEpochChange {
 						t.Errorf("explicit name, single ask: status %d, want %d", st, limiter.StatusEpochChange)
 					}
-					for i, tw := range twins {
-						got := reps[i].Results[0]
-						w := tw.call(limiter.OpAcquire, next[i].Asks, limiter.AcquireArgs(conf, next[i].Asks)).Results[0]
-						// The durations count from each call's own time: alike within
-						// the time between the calls.
-						near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
-						if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
-							!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
-							t.Errorf("name %d, single ask of %d: %+v, alone %+v", i, next[i].Asks[0].Permits, got, w)
-						}
-					}
+					singleAsAlone(t, reps, twins, conf, next)
 				}
 			})
 		}
@@ -709,17 +699,26 @@ func TestNamesInlineSameAsAlone(t *testing.T) {
 				for _, n := range names {
 					asks = append(asks, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(int64(1 + rnd.IntN(12)))}})
 				}
-				reps := r.names(t, script, conf, asks, false)
-				for i, tw := range twins {
-					got := reps[i].Results[0]
-					w := tw.call(limiter.OpAcquire, asks[i].Asks, limiter.AcquireArgs(conf, asks[i].Asks)).Results[0]
-					near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
-					if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
-						!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
-						t.Errorf("call %d, name %d, %d permits: %+v, alone %+v", call, i, asks[i].Asks[0].Permits, got, w)
-					}
-				}
+				t.Logf("call %d", call)
+				singleAsAlone(t, r.names(t, script, conf, asks, false), twins, conf, asks)
 			}
 		})
+	}
+}
+
+// singleAsAlone checks that each name's single ask in a names call
+// (reps) is decided as its twin's own script call decides it.
+func singleAsAlone(t *testing.T, reps []limiter.Reply, twins []*lim, conf string, asks []limiter.NameAsks) {
+	t.Helper()
+	for i, tw := range twins {
+		got := reps[i].Results[0]
+		w := tw.call(limiter.OpAcquire, asks[i].Asks, limiter.AcquireArgs(conf, asks[i].Asks)).Results[0]
+		// The durations count from each call's own time: alike within
+		// the time between the calls.
+		near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
+		if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
+			!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
+			t.Errorf("name %d, single ask of %d: %+v, alone %+v", i, asks[i].Asks[0].Permits, got, w)
+		}
 	}
 }
