@@ -692,6 +692,16 @@ func TestNamesInlineSameAsAlone(t *testing.T) {
 						l.mustOK(l.call(limiter.OpCharge, []limiter.Ask{ask(charged)}, limiter.ChargeArgs(conf, charged)))
 					}
 				}
+				if algo == limiter.FixedWindow && used+charged > 0 && rnd.IntN(2) == 0 {
+					// A window 1–3 hours back with its count, up to 3 windows' debt.
+					now := r.clock(t)
+					start := now.Truncate(time.Hour).Add(-time.Duration(1+rnd.IntN(3)) * time.Hour)
+					state := make([]byte, 16)
+					binary.LittleEndian.PutUint64(state, math.Float64bits(float64(start.UnixMicro())))
+					binary.LittleEndian.PutUint64(state[8:], math.Float64bits(float64(rnd.IntN(40))))
+					r.setState(t, n.keys()[1], string(state))
+					r.setState(t, m.keys()[1], string(state))
+				}
 				names, twins = append(names, n), append(twins, m)
 			}
 			for call := range 4 {
@@ -719,6 +729,26 @@ func singleAsAlone(t *testing.T, reps []limiter.Reply, twins []*lim, conf string
 		if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
 			!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
 			t.Errorf("name %d, single ask of %d: %+v, alone %+v", i, asks[i].Asks[0].Permits, got, w)
+		}
+	}
+}
+
+// setState sets the state of a policy's name where it is kept (a key
+// of its own or a generation hash), if it has one.
+func (r *rig) setState(t *testing.T, key, v string) {
+	t.Helper()
+	if n, _ := r.rdb.Exists(t.Context(), key).Result(); n == 1 {
+		r.rdb.SetArgs(t.Context(), key, v, redis.SetArgs{KeepTTL: true})
+		return
+	}
+	hashes, err := r.rdb.Keys(t.Context(), "rl:{policies}:s:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hashes {
+		if ok, _ := r.rdb.HExists(t.Context(), h, key).Result(); ok {
+			r.rdb.HSet(t.Context(), h, key, v)
+			return
 		}
 	}
 }
