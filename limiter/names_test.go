@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"strings"
@@ -102,17 +103,7 @@ func TestNamesDecideEachNameAsAlone(t *testing.T) {
 					if st := reps[len(twins)].Status; st != limiter.StatusEpochChange {
 						t.Errorf("explicit name, single ask: status %d, want %d", st, limiter.StatusEpochChange)
 					}
-					for i, tw := range twins {
-						got := reps[i].Results[0]
-						w := tw.call(limiter.OpAcquire, next[i].Asks, limiter.AcquireArgs(conf, next[i].Asks)).Results[0]
-						// The durations count from each call's own time: alike within
-						// the time between the calls.
-						near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
-						if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
-							!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
-							t.Errorf("name %d, single ask of %d: %+v, alone %+v", i, next[i].Asks[0].Permits, got, w)
-						}
-					}
+					singleAsAlone(t, reps, twins, conf, next)
 				}
 			})
 		}
@@ -672,6 +663,92 @@ func TestNamesAcrossGenerations(t *testing.T) {
 		}
 		if len(gs) < 4 {
 			t.Errorf("name %d: %d grants in %d ms", k, len(gs), (clock()-start)/1000)
+		}
+	}
+}
+
+// TestNamesInlineSameAsAlone: names asked once, which a token bucket's
+// and a fixed window's names calls decide inline (names.lua), decide as
+// each name's own script call does, from random states (used, full,
+// in debt by RL.CHARGE) and for random permits (some past the rate).
+func TestNamesInlineSameAsAlone(t *testing.T) {
+	r := newRig(t)
+	const conf = "#rl:{policies}:s:i1.7200001p 7200001 i1 10 3600000 10" // 10 per hour, burst 10
+	rnd := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	for _, algo := range []limiter.Algo{limiter.FixedWindow, limiter.TokenBucket} {
+		t.Run(string(algo), func(t *testing.T) {
+			script := r.scripts.Names(limiter.Config{Algo: algo}, false)
+			var names []*lim
+			var twins []*lim
+			for i := range 24 {
+				n := r.open(t, fmt.Sprintf("inl:%s:n:%d", algo, i), algo, "i1")
+				m := r.open(t, fmt.Sprintf("inl:%s:m:%d", algo, i), algo, "i1")
+				used, charged := int64(rnd.IntN(12)), int64(rnd.IntN(4)*rnd.IntN(15))
+				for _, l := range []*lim{n, m} {
+					if used > 0 {
+						l.mustOK(l.call(limiter.OpAcquire, []limiter.Ask{ask(used)}, limiter.AcquireArgs(conf, []limiter.Ask{ask(used)})))
+					}
+					if charged > 0 {
+						l.mustOK(l.call(limiter.OpCharge, []limiter.Ask{ask(charged)}, limiter.ChargeArgs(conf, charged)))
+					}
+				}
+				if algo == limiter.FixedWindow && used+charged > 0 && rnd.IntN(2) == 0 {
+					// A window 1–3 hours back with its count, up to 3 windows' debt.
+					now := r.clock(t)
+					start := now.Truncate(time.Hour).Add(-time.Duration(1+rnd.IntN(3)) * time.Hour)
+					state := make([]byte, 16)
+					binary.LittleEndian.PutUint64(state, math.Float64bits(float64(start.UnixMicro())))
+					binary.LittleEndian.PutUint64(state[8:], math.Float64bits(float64(rnd.IntN(40))))
+					r.setState(t, n.keys()[1], string(state))
+					r.setState(t, m.keys()[1], string(state))
+				}
+				names, twins = append(names, n), append(twins, m)
+			}
+			for call := range 4 {
+				var asks []limiter.NameAsks
+				for _, n := range names {
+					asks = append(asks, limiter.NameAsks{Keys: n.keys(), Asks: []limiter.Ask{ask(int64(1 + rnd.IntN(12)))}})
+				}
+				t.Logf("call %d", call)
+				singleAsAlone(t, r.names(t, script, conf, asks, false), twins, conf, asks)
+			}
+		})
+	}
+}
+
+// singleAsAlone checks that each name's single ask in a names call
+// (reps) is decided as its twin's own script call decides it.
+func singleAsAlone(t *testing.T, reps []limiter.Reply, twins []*lim, conf string, asks []limiter.NameAsks) {
+	t.Helper()
+	for i, tw := range twins {
+		got := reps[i].Results[0]
+		w := tw.call(limiter.OpAcquire, asks[i].Asks, limiter.AcquireArgs(conf, asks[i].Asks)).Results[0]
+		// The durations count from each call's own time: alike within
+		// the time between the calls.
+		near := func(a, b int64) bool { return a == b || (a > 0 && b > 0 && a-b < 1000 && b-a < 1000) }
+		if got.Granted != w.Granted || got.OverCapacity != w.OverCapacity || got.Remaining != w.Remaining ||
+			!near(got.RetryAfterMs, w.RetryAfterMs) || !near(got.ResetAfterMs, w.ResetAfterMs) {
+			t.Errorf("name %d, single ask of %d: %+v, alone %+v", i, asks[i].Asks[0].Permits, got, w)
+		}
+	}
+}
+
+// setState sets the state of a policy's name where it is kept (a key
+// of its own or a generation hash), if it has one.
+func (r *rig) setState(t *testing.T, key, v string) {
+	t.Helper()
+	if n, _ := r.rdb.Exists(t.Context(), key).Result(); n == 1 {
+		r.rdb.SetArgs(t.Context(), key, v, redis.SetArgs{KeepTTL: true})
+		return
+	}
+	hashes, err := r.rdb.Keys(t.Context(), "rl:{policies}:s:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hashes {
+		if ok, _ := r.rdb.HExists(t.Context(), h, key).Result(); ok {
+			r.rdb.HSet(t.Context(), h, key, v)
+			return
 		}
 	}
 }

@@ -85,10 +85,12 @@ func NewScripts() *Scripts {
 		// enforce only the first.
 		s.acquire[algo] = redis.NewScript(head + oneLimit + body + epilogue)
 		s.multi[algo] = redis.NewScript(head + wrapLimit(body) + lua("multi.lua") + multiKeys + epilogue)
-		// names.lua decides a token bucket's names inline (bucket_names).
-		inline := "local bucket_names = " + strconv.FormatBool(algo == TokenBucket) + "\n"
+		// names.lua decides a token bucket's and a fixed window's names
+		// inline (bucket_names, window_names).
+		inline := "local bucket_names, window_names = " + strconv.FormatBool(algo == TokenBucket) + ", " +
+			strconv.FormatBool(algo == FixedWindow) + "\n"
 		names := head + wrapLimit(body) + "local new_multi\n" + inline + lua("names.lua")
-		namesMulti := head + wrapLimit(body) + lua("multi.lua") + "local bucket_names = false\n" + lua("names.lua")
+		namesMulti := head + wrapLimit(body) + lua("multi.lua") + "local bucket_names, window_names = false, false\n" + lua("names.lua")
 		s.names[algo], s.namesMulti[algo] = redis.NewScript(names), redis.NewScript(namesMulti)
 		s.crossNames[algo], s.crossNamesMulti[algo] = redis.NewScript(crossSlot+names), redis.NewScript(crossSlot+namesMulti)
 	}

@@ -68,11 +68,12 @@ local function keys_of(c)
   for j = 1, sk do keys[j + 1] = K[s + j] end
 end
 
--- A token bucket's names asked once (the usual case) are decided inline,
--- their states read and written by position, not through get() and
--- keep(): a dozen function calls and table lookups by key a name were
--- most of its decision.
-local inline = bucket_names and packed
+-- A token bucket's or a fixed window's names asked once (the usual case)
+-- are decided inline, their states read and written by position, not
+-- through get() and keep(): a dozen function calls and table lookups by
+-- key a name were most of its decision. A calendar month's window keeps
+-- the general path (fixed_window.lua).
+local inline = (bucket_names or window_names and interval ~= MONTH_US) and packed
 local first -- HMGET of the first generation alive: MARK's, then each name's state
 local vals, at -- of the names missed there, by number: the state and where it is (1 or 'long')
 
@@ -189,6 +190,40 @@ if inline then
   end0, end1 = gen * gen_ms, (gen + 1) * gen_ms
 end
 
+-- A fixed window's µs until every window is empty again
+-- (fixed_window.lua's until_reset).
+local fmod = math.fmod
+local function window_reset(start, count)
+  if count > 0 then return start + max(1, max(0, ceil((count - rate) / rate - EPS)) + 1) * interval - now end
+  return start - now
+end
+
+-- Writes name key's state value (read as was: 0, 1, 'long' or nil) for
+-- life µs, as keep() does: dropped when it need not last (value nil),
+-- not written when unchanged and already where it goes.
+local function place(key, value, life, changed, was)
+  if not value then
+    if was then pend(dels, was, key) end
+    return
+  end
+  -- The generation the state goes in: the first ending at or after
+  -- its end (prelude.lua).
+  local y = (now + life) / 1000 - EPS
+  local i = y <= end0 and 0 or y <= end1 and 1 or 2
+  if not changed and i == was then return end
+  if i == 0 then
+    set0[n0 + 1], set0[n0 + 2] = key, value
+    n0 = n0 + 2
+  elseif i == 1 then
+    set1[n1 + 1], set1[n1 + 2] = key, value
+    n1 = n1 + 2
+  else
+    if was then where[key] = gen + was end
+    keep(key, value, life)
+  end
+  if was ~= i and was and i < 2 then pend(dels, was, key) end
+end
+
 -- Every name asked once for as many permits comes as one ARGV ('*-1'):
 -- a string per name costs Redis about as much as a tenth of its
 -- decision. Otherwise most names still ask as many (the same string,
@@ -218,52 +253,57 @@ for c = 1, N do
     out[o] = runs < 0 and -2 or 2
     if runs > 0 then a = a + 3 * runs end
   elseif inline and runs < 0 and was ~= 'long' then
-    -- load, try and save as token_bucket.lua does them.
-    local n = -runs
-    local key = K[N + c]
-    local level, ts = 0, now
-    if v and #v == 16 then level, ts = sunpack('<dd', v) end
-    if now > ts then
-      level = level - (now - ts) / per_permit
-      if level < 0 then level = 0 end
-      ts = now
-    end
-    local loaded, over = level, (level + n - burst) * per_permit
-    local granted, retry, reset = -1, 0, 0 -- as replied: whole, µs
-    if n <= burst then
-      granted = 0
-      if level + n <= burst + EPS then
-        granted, level = 1, level + n
+    local n, key = -runs, K[N + c]
+    local granted, retry, reset, remaining = -1, 0, 0 -- as replied: whole, µs
+    if bucket_names then
+      -- load, try and save as token_bucket.lua does them.
+      local level, ts = 0, now
+      if v and #v == 16 then level, ts = sunpack('<dd', v) end
+      if now > ts then
+        level = level - (now - ts) / per_permit
+        if level < 0 then level = 0 end
+        ts = now
       end
-      if over > 0 then retry = us(over) end
-      reset = us(level * per_permit)
-    end
-    local left = burst - level
-    if left < 0 then left = 0 end
-    local remaining = floor(left + EPS)
-    if level <= EPS then
-      if was then pend(dels, was, key) end
-    else
-      -- The generation the state goes in: the first ending at or after
-      -- its end (prelude.lua); a state the call did not change and
-      -- that is there already is not written again.
-      local life = level * per_permit
-      local y = (now + life) / 1000 - EPS
-      local i = y <= end0 and 0 or y <= end1 and 1 or 2
-      if level ~= loaded or i ~= was then
-        local value = spack('<dd', level, ts)
-        if i == 0 then
-          set0[n0 + 1], set0[n0 + 2] = key, value
-          n0 = n0 + 2
-        elseif i == 1 then
-          set1[n1 + 1], set1[n1 + 2] = key, value
-          n1 = n1 + 2
-        else
-          if was then where[key] = gen + was end
-          keep(key, value, life)
+      local loaded, over = level, (level + n - burst) * per_permit
+      if n <= burst then
+        granted = 0
+        if level + n <= burst + EPS then
+          granted, level = 1, level + n
         end
-        if was ~= i and was and i < 2 then pend(dels, was, key) end
+        if over > 0 then retry = us(over) end
+        reset = us(level * per_permit)
       end
+      local left = burst - level
+      if left < 0 then left = 0 end
+      remaining = floor(left + EPS)
+      place(key, level > EPS and spack('<dd', level, ts) or nil, level * per_permit, level ~= loaded, was)
+    else
+      -- load, try and save as fixed_window.lua does them.
+      local start, count, stored = now - fmod(now, interval), 0, nil
+      if v and #v == 16 then
+        local s, k = sunpack('<dd', v)
+        s = s - fmod(s, interval)
+        if s >= start then
+          start, count, stored = s, k, v
+        elseif k > rate then
+          count = max(0, k - floor((start - s) / interval + 0.5) * rate)
+        end
+      end
+      local cur = start <= now
+      if n <= rate then
+        if cur and count + n <= rate + EPS then
+          count, granted = count + n, 1
+          reset = window_reset(start, count)
+        else
+          local at = start + max(cur and 1 or 0, max(0, ceil((count + n - rate) / rate - EPS))) * interval
+          granted, retry, reset = 0, at - now, window_reset(start, count)
+        end
+      end
+      remaining = floor((cur and max(0, rate - count) or 0) + EPS)
+      retry, reset = us(retry), us(reset)
+      local life = window_reset(start, count)
+      local value = spack('<dd', start, count)
+      place(key, life > 0 and value or nil, life, value ~= stored, was)
     end
     -- A plain grant (most names): its remaining and reset alone.
     if granted == 1 and retry == 0 then
