@@ -233,6 +233,17 @@ local every = string.byte(ARGV[a]) == 42 and tonumber(string.sub(ARGV[a], 2))
 local arg, arg_n
 local argv = ARGV -- a local: a global's lookup per name counts
 local o = #out
+-- answer: a name asked once; a plain grant (most names) as its remaining
+-- and reset alone, the narrowest reply.
+local function answer(granted, remaining, retry, reset)
+  if granted == 1 and retry == 0 and remaining >= 0 then
+    out[o + 1], out[o + 2] = remaining, reset
+    o = o + 2
+  else
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -1, granted, remaining, retry, reset
+    o = o + 5
+  end
+end
 for c = 1, N do
   local runs = every -- below 0: asked once, minus the permits
   if not runs then
@@ -305,14 +316,7 @@ for c = 1, N do
       local value = spack('<dd', start, count)
       place(key, life > 0 and value or nil, life, value ~= stored, was)
     end
-    -- A plain grant (most names): its remaining and reset alone.
-    if granted == 1 and retry == 0 then
-      out[o + 1], out[o + 2] = remaining, reset
-      o = o + 2
-    else
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -1, granted, remaining, retry, reset
-      o = o + 5
-    end
+    answer(granted, remaining, retry, reset)
   else
     limit_of(c)
     if inline then
@@ -332,14 +336,7 @@ for c = 1, N do
         granted, remaining, retry, reset = -1, available(), 0, 0
       end
       save()
-      remaining, retry, reset = floor(remaining + EPS), us(retry), us(reset)
-      if granted == 1 and retry == 0 and remaining >= 0 then
-        out[o + 1], out[o + 2] = remaining, reset
-        o = o + 2
-      else
-        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -1, granted, remaining, retry, reset
-        o = o + 5
-      end
+      answer(granted, floor(remaining + EPS), us(retry), us(reset))
     else
       o = o + 1
       out[o] = 0
