@@ -11,17 +11,20 @@ import (
 
 // AppendCommand appends a command as a RESP array of bulk strings.
 func AppendCommand(b []byte, args ...string) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, "\r\n"...)
+	b = appendHeader(b, '*', len(args))
 	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, "\r\n"...)
+		b = appendHeader(b, '$', len(a))
 		b = append(b, a...)
 		b = append(b, "\r\n"...)
 	}
 	return b
+}
+
+// appendHeader appends an array's or a bulk string's header: "*3\r\n", "$5\r\n".
+func appendHeader(b []byte, kind byte, n int) []byte {
+	b = append(b, kind)
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, "\r\n"...)
 }
 
 // AppendCommandViews is AppendCommand for a command that may hold big
@@ -30,13 +33,9 @@ func AppendCommand(b []byte, args ...string) []byte {
 // (read-only: it is the caller's string), and encoding goes on in a new
 // b. Writing parts and then b (net.Buffers.WriteTo) sends the command.
 func AppendCommandViews(parts net.Buffers, b []byte, min int, args ...string) (net.Buffers, []byte) {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, "\r\n"...)
+	b = appendHeader(b, '*', len(args))
 	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, "\r\n"...)
+		b = appendHeader(b, '$', len(a))
 		if len(a) >= min && len(a) > 0 {
 			parts = append(parts, b, unsafe.Slice(unsafe.StringData(a), len(a)))
 			b = nil
