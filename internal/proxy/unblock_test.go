@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/redistest"
 )
 
@@ -53,4 +55,16 @@ func TestGatewayClientUnblock(t *testing.T) {
 		}
 		rd.Line()
 	}
+}
+
+// TestGatewayClientUnblockAdminOnly: CLIENT UNBLOCK reaches any client's
+// backend connection, so only admins may call it.
+func TestGatewayClientUnblockAdminOnly(t *testing.T) {
+	h := start(t, passthroughOn, func(c *config.Config) {
+		c.RequirePass = "adminpw"
+		c.Users = []config.User{{Name: "app", Password: "apppw", Commands: []string{"redis"}}}
+	})
+	app := h.Conn(t, func(o *redis.Options) { o.Username, o.Password = "app", "apppw" })
+	app.Do(t, "CLIENT", "UNBLOCK", "1").Err("NOPERM User app has no permissions to run the 'client|unblock' command")
+	h.Do(t, "CLIENT", "UNBLOCK", "1").Equal(int64(0))
 }
