@@ -57,31 +57,50 @@ func alsoRace(t *testing.T, ps []*harness, onNode func(name string) int) {
 		rate int64
 		// fixed-window: windows of an hour; the run may cross into the next.
 		window bool
-	}
-	names := []name{
-		{key: "r-tb", rate: 60},
-		{key: "r-log", rate: 50},
-		{key: "r-fw", rate: 55, window: true},
-		{key: "r-sharded", rate: 64},
-		{key: "rp:1", rate: 45},
-		{key: "rp:2", rate: 45},
+		// token bucket: an hour's bucket refills during the run.
+		bucket bool
 	}
 	a := ps[0]
-	a.Do(t, "RL.SETRATE", "r-tb", 60, "1h").Equal(int64(1))
-	a.Do(t, "RL.SETRATE", "r-log", 50, "1h", "ALGO", "sliding-log").Equal(int64(1))
-	a.Do(t, "RL.SETRATE", "r-fw", 55, "1h", "ALGO", "fixed-window").Equal(int64(1))
-	a.Do(t, "RL.SETRATE", "r-sharded", 64, "1h", "SHARDS", 2).Equal(int64(1))
-	a.Do(t, "RL.POLICY", "SET", "rp:*", 45, "1h", "ALGO", "sliding-window").Equal(int64(1))
-	if onNode != nil {
+	// The explicit limiters' nodes follow from their names and the
+	// backends' addresses (free ports, so each run differs): names are
+	// made again under another suffix until both nodes hold some.
+	var names []name
+	for try := 0; ; try++ {
+		sfx := ""
+		if try > 0 {
+			sfx = fmt.Sprintf("-%d", try)
+		}
+		names = []name{
+			{key: "r-tb" + sfx, rate: 60, bucket: true},
+			{key: "r-log" + sfx, rate: 50},
+			{key: "r-fw" + sfx, rate: 55, window: true},
+			{key: "r-sharded" + sfx, rate: 64, bucket: true},
+			{key: "rp:1", rate: 45},
+			{key: "rp:2", rate: 45},
+		}
+		a.Do(t, "RL.SETRATE", names[0].key, 60, "1h").Equal(int64(1))
+		a.Do(t, "RL.SETRATE", names[1].key, 50, "1h", "ALGO", "sliding-log").Equal(int64(1))
+		a.Do(t, "RL.SETRATE", names[2].key, 55, "1h", "ALGO", "fixed-window").Equal(int64(1))
+		a.Do(t, "RL.SETRATE", names[3].key, 64, "1h", "SHARDS", 2).Equal(int64(1))
+		if onNode == nil {
+			break
+		}
 		where := map[int]int{}
 		for _, n := range names {
 			where[onNode(n.key)]++
 		}
-		if len(where) < 2 {
-			t.Fatalf("every name on one node (%v): the test needs names on both", where)
+		if len(where) == 2 {
+			t.Logf("names per node: %v", where)
+			break
 		}
-		t.Logf("names per node: %v", where)
+		if try == 20 {
+			t.Fatalf("every name on one node (%v) in 20 tries: the test needs names on both", where)
+		}
+		for _, n := range names[:4] {
+			a.Do(t, "RL.DEL", n.key).Equal(int64(1))
+		}
 	}
+	a.Do(t, "RL.POLICY", "SET", "rp:*", 45, "1h", "ALGO", "sliding-window").Equal(int64(1))
 	// A policy set through one proxy governs on the others within its
 	// follow period: wait until each answers for rp:1.
 	for _, p := range ps {
@@ -146,7 +165,7 @@ func alsoRace(t *testing.T, ps []*harness, onNode func(name string) int) {
 		if n.window {
 			bound = 2 * n.rate // at most two hour windows in the run
 		}
-		if n.key == "r-tb" || n.key == "r-sharded" {
+		if n.bucket {
 			bound++ // an hour's bucket refills one permit in a minute
 		}
 		// Taken but granted to nobody: given back only in part (a
