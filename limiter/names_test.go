@@ -693,9 +693,14 @@ func TestNamesInlineSameAsAlone(t *testing.T) {
 					}
 				}
 				if algo == limiter.FixedWindow && used+charged > 0 && rnd.IntN(2) == 0 {
-					// A window 1–3 hours back with its count, up to 3 windows' debt.
+					// A window 1–3 hours back with its count, up to 3 windows' debt;
+					// or this hour's, started off the hour as under a shorter
+					// interval (KEEPSTATE): aligned to the hour again.
 					now := r.clock(t)
 					start := now.Truncate(time.Hour).Add(-time.Duration(1+rnd.IntN(3)) * time.Hour)
+					if rnd.IntN(2) == 0 {
+						start = now.Truncate(time.Hour).Add(now.Sub(now.Truncate(time.Hour)) / 2).Truncate(time.Second)
+					}
 					state := make([]byte, 16)
 					binary.LittleEndian.PutUint64(state, math.Float64bits(float64(start.UnixMicro())))
 					binary.LittleEndian.PutUint64(state[8:], math.Float64bits(float64(rnd.IntN(40))))

@@ -191,12 +191,16 @@ if inline then
 end
 
 -- A fixed window's µs until every window is empty again
--- (fixed_window.lua's until_reset).
+-- (fixed_window.lua's until_reset): the window's end unless the count is
+-- past the rate (debt).
 local fmod = math.fmod
 local function window_reset(start, count)
-  if count > 0 then return start + max(1, max(0, ceil((count - rate) / rate - EPS)) + 1) * interval - now end
-  return start - now
+  if count <= 0 then return start - now end
+  if count <= rate then return start + interval - now end
+  return start + max(1, max(0, ceil((count - rate) / rate - EPS)) + 1) * interval - now
 end
+-- The window now holds (every name's, so reckoned once a call).
+local window_now = now - fmod(now, interval)
 
 -- Writes name key's state value (read as was: 0, 1, 'long' or nil) for
 -- life µs, as keep() does: dropped when it need not last (value nil),
@@ -290,10 +294,12 @@ for c = 1, N do
       place(key, level > EPS and spack('<dd', level, ts) or nil, level * per_permit, level ~= loaded, was)
     else
       -- load, try and save as fixed_window.lua does them.
-      local start, count, stored = now - fmod(now, interval), 0, nil
+      local start, count, stored = window_now, 0, nil
       if v and #v == 16 then
         local s, k = sunpack('<dd', v)
-        s = s - fmod(s, interval)
+        -- A state of this window (most) is aligned already; one written
+        -- under another interval (KEEPSTATE) is aligned again.
+        if s ~= start then s = s - fmod(s, interval) end
         if s >= start then
           start, count, stored = s, k, v
         elseif k > rate then
@@ -304,15 +310,17 @@ for c = 1, N do
       if n <= rate then
         if cur and count + n <= rate + EPS then
           count, granted = count + n, 1
-          reset = window_reset(start, count)
         else
           local at = start + max(cur and 1 or 0, max(0, ceil((count + n - rate) / rate - EPS))) * interval
-          granted, retry, reset = 0, at - now, window_reset(start, count)
+          granted, retry = 0, us(at - now)
         end
       end
-      remaining = floor((cur and max(0, rate - count) or 0) + EPS)
-      retry, reset = us(retry), us(reset)
+      local left = cur and rate - count or 0
+      remaining = left > 0 and floor(left + EPS) or 0
+      -- Windows start on whole µs, so the reset is whole: us() would
+      -- only clamp it at 0.
       local life = window_reset(start, count)
+      if n <= rate and life > 0 then reset = life end
       local value = spack('<dd', start, count)
       place(key, life > 0 and value or nil, life, value ~= stored, was)
     end
