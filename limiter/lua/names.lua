@@ -269,7 +269,9 @@ for c = 1, N do
     if runs > 0 then a = a + 3 * runs end
   elseif inline and runs < 0 and was ~= 'long' then
     local n, key = -runs, K[N + c]
-    local granted, retry, reset, remaining = -1, 0, 0 -- as replied: whole, µs
+    -- As replied (whole, µs), and the state to write: value for life µs,
+    -- changed or not.
+    local granted, retry, reset, remaining, value, life, changed = -1, 0, 0
     if bucket_names then
       -- load, try and save as token_bucket.lua does them.
       local level, ts = 0, now
@@ -286,12 +288,13 @@ for c = 1, N do
           granted, level = 1, level + n
         end
         if over > 0 then retry = us(over) end
-        reset = us(level * per_permit)
       end
+      life = level * per_permit
+      if n <= burst and life > 0 then reset = ceil(life - 1000 * EPS) end -- us(life), a call less
       local left = burst - level
       if left < 0 then left = 0 end
       remaining = floor(left + EPS)
-      place(key, level > EPS and spack('<dd', level, ts) or nil, level * per_permit, level ~= loaded, was)
+      value, changed = level > EPS and spack('<dd', level, ts) or nil, level ~= loaded
     else
       -- load, try and save as fixed_window.lua does them.
       local start, count, stored = window_now, 0, nil
@@ -319,12 +322,29 @@ for c = 1, N do
       remaining = left > 0 and floor(left + EPS) or 0
       -- Windows start on whole µs, so the reset is whole: us() would
       -- only clamp it at 0.
-      local life = window_reset(start, count)
+      life = window_reset(start, count)
       if n <= rate and life > 0 then reset = life end
-      local value = spack('<dd', start, count)
-      place(key, life > 0 and value or nil, life, value ~= stored, was)
+      value = spack('<dd', start, count)
+      changed = value ~= stored
+      if life <= 0 then value = nil end
     end
-    answer(granted, remaining, retry, reset)
+    if value and was == 0 and (now + life) / 1000 - EPS <= end0 then
+      -- The usual: the state stays in the first generation, where it was
+      -- read (place() does the rest).
+      if changed then
+        set0[n0 + 1], set0[n0 + 2] = key, value
+        n0 = n0 + 2
+      end
+    else
+      place(key, value, life, changed, was)
+    end
+    if granted == 1 and retry == 0 then
+      -- A plain grant, as answer() writes it: inline, a call less a name.
+      out[o + 1], out[o + 2] = remaining, reset
+      o = o + 2
+    else
+      answer(granted, remaining, retry, reset)
+    end
   else
     limit_of(c)
     if inline then
