@@ -131,6 +131,17 @@ func (d *Limiters) decideChunks(ctx context.Context, names []ratelimit.NameAsk, 
 func (d *Limiters) decideOnce(ctx context.Context, names []ratelimit.NameAsk, rule map[string]Ask, out []limiter.Result) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		res, err := d.acquire(ctx, names)
+		if err == nil {
+			for i, n := range res.Names {
+				if out[i] = n.Result; !n.Asked {
+					// After a node that denied: not asked, say what it has.
+					if out[i], err = d.peek(ctx, rule[n.Name]); err != nil {
+						return false, err
+					}
+				}
+			}
+			return res.Granted, nil
+		}
 		var missing *ratelimit.NoLimiterError
 		var over *ratelimit.OverCapacityError
 		switch {
@@ -150,18 +161,8 @@ func (d *Limiters) decideOnce(ctx context.Context, names []ratelimit.NameAsk, ru
 				}
 			}
 			return false, nil
-		case err != nil:
-			return false, err
 		}
-		for i, n := range res.Names {
-			if out[i] = n.Result; !n.Asked {
-				// After a node that denied: not asked, say what it has.
-				if out[i], err = d.peek(ctx, rule[n.Name]); err != nil {
-					return false, err
-				}
-			}
-		}
-		return res.Granted, nil
+		return false, err
 	}
 }
 

@@ -143,6 +143,9 @@ func (r *Rules) Match(domain string, entries []*rlv3.RateLimitDescriptor_Entry) 
 	if n == nil || n.limit == nil {
 		return nil, ""
 	}
+	if n.static {
+		return n.limit, n.prefix // the same string, made once
+	}
 	return n.limit, Name(domain, entries)
 }
 

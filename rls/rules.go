@@ -46,7 +46,14 @@ type Limit struct {
 	// is not exact ("d:org=*:team=red"); a reload compares rules by it.
 	path string
 
-	current *pb.RateLimitResponse_RateLimit // current_limit in replies
+	current   *pb.RateLimitResponse_RateLimit // current_limit in replies
+	limitText string                          // RequestsPerUnit in decimal, for the headers
+}
+
+// setCurrent fills what replies tell of l (once, not per request).
+func (l *Limit) setCurrent() {
+	l.current = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name}
+	l.limitText = strconv.FormatUint(uint64(l.RequestsPerUnit), 10)
 }
 
 // Config is the limiter config a name under this limit has.
@@ -348,7 +355,7 @@ func (ld *loader) limit(f map[string]*yaml.Node, at *node) (*Limit, error) {
 	if err := ld.own(rf, l); err != nil {
 		return nil, err
 	}
-	l.current = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name}
+	l.setCurrent()
 	at.name(l)
 	return l, nil
 }

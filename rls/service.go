@@ -148,6 +148,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	}
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ds))}
 	var least *pb.RateLimitResponse_DescriptorStatus // what the headers tell
+	var leastLimit string                            // its rule's limitText
 	now := time.Now()
 	quota, quotaOver := 0, 0
 	for i, d := range ds {
@@ -160,16 +161,16 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			}
 		} else if st.Code == pb.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
-			least = st
+			least, leastLimit = st, d.limit.limitText
 		} else if st.CurrentLimit != nil && (least == nil || (least.Code == pb.RateLimitResponse_OK && st.LimitRemaining < least.LimitRemaining)) {
-			least = st
+			least, leastLimit = st, d.limit.limitText
 		}
 	}
 	if quota > 0 && quota == quotaOver {
 		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 	}
 	if opt.Headers && least != nil {
-		resp.ResponseHeadersToAdd = headers(least)
+		resp.ResponseHeadersToAdd = headers(least, leastLimit)
 	}
 	return resp, nil
 }
@@ -182,24 +183,27 @@ func (s *Service) decideAll(ctx context.Context, asks []Ask) ([]limiter.Result, 
 	if err != nil {
 		return nil, err
 	}
-	var keep []Ask
-	var at []int
 	quota, quotaOver, over := 0, 0, false
 	for i, a := range asks {
 		switch {
 		case a.Limit.QuotaMode && !res[i].Granted:
 			quota++
 			quotaOver++
-			continue
 		case a.Limit.QuotaMode:
 			quota++
 		case !res[i].Granted:
 			over = true
 		}
-		keep, at = append(keep, a), append(at, i)
 	}
 	if over || quotaOver == 0 || quotaOver == quota {
 		return res, nil
+	}
+	var keep []Ask
+	var at []int
+	for i, a := range asks {
+		if !a.Limit.QuotaMode || res[i].Granted {
+			keep, at = append(keep, a), append(at, i)
+		}
 	}
 	again, err := s.decide.Decide(ctx, keep)
 	if err != nil {
@@ -215,7 +219,7 @@ func (s *Service) decideAll(ctx context.Context, asks []Ask) ([]limiter.Result, 
 // another one replaces, as envoyproxy/ratelimit does.
 func (s *Service) limits(req *pb.RateLimitRequest, rules *Rules, opt *Options) ([]descriptor, error) {
 	ds := make([]descriptor, len(req.GetDescriptors()))
-	replaced := map[string]bool{}
+	var replaced map[string]bool // made only when a rule replaces another
 	for i, pd := range req.GetDescriptors() {
 		d := &ds[i]
 		d.ask = -1
@@ -229,8 +233,8 @@ func (s *Service) limits(req *pb.RateLimitRequest, rules *Rules, opt *Options) (
 			if unitLength[unit] == 0 {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit override has no unit", i)
 			}
-			d.limit = &Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Algo: limiter.FixedWindow,
-				current: &pb.RateLimitResponse_RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit}}
+			d.limit = &Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Algo: limiter.FixedWindow}
+			d.limit.setCurrent()
 			d.name = Name(req.GetDomain(), pd.GetEntries())
 		} else {
 			d.limit, d.name = rules.Match(req.GetDomain(), pd.GetEntries())
@@ -242,6 +246,9 @@ func (s *Service) limits(req *pb.RateLimitRequest, rules *Rules, opt *Options) (
 			return nil, status.Errorf(codes.InvalidArgument, "limiter name is longer than %d bytes: descriptor %d", opt.MaxNameLength, i)
 		}
 		for _, r := range d.limit.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
 			replaced[r] = true
 		}
 	}
@@ -291,17 +298,20 @@ func untilReset(l *Limit, now time.Time) time.Duration {
 }
 
 // headers are the RateLimit-* headers of the status that limits most
-// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED), in both spellings.
-func headers(st *pb.RateLimitResponse_DescriptorStatus) []*core.HeaderValue {
-	limit := strconv.FormatUint(uint64(st.CurrentLimit.GetRequestsPerUnit()), 10)
+// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED), in both
+// spellings; limit is its rule's limitText. Every request that has a limit
+// gets them, so they take few allocations: one array for the six.
+func headers(st *pb.RateLimitResponse_DescriptorStatus, limit string) []*core.HeaderValue {
 	remaining := strconv.FormatUint(uint64(st.LimitRemaining), 10)
 	reset := strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)
-	var out []*core.HeaderValue
-	for _, prefix := range []string{"RateLimit-", "X-RateLimit-"} {
-		out = append(out,
-			&core.HeaderValue{Key: prefix + "Limit", Value: limit},
-			&core.HeaderValue{Key: prefix + "Remaining", Value: remaining},
-			&core.HeaderValue{Key: prefix + "Reset", Value: reset})
+	hv := new([6]core.HeaderValue)
+	out := make([]*core.HeaderValue, len(hv))
+	for i, kv := range [6][2]string{
+		{"RateLimit-Limit", limit}, {"RateLimit-Remaining", remaining}, {"RateLimit-Reset", reset},
+		{"X-RateLimit-Limit", limit}, {"X-RateLimit-Remaining", remaining}, {"X-RateLimit-Reset", reset},
+	} {
+		hv[i].Key, hv[i].Value = kv[0], kv[1]
+		out[i] = &hv[i]
 	}
 	return out
 }

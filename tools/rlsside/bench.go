@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -29,30 +28,40 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 4000000000}
 `
 
-// load is one bench case: the descriptor a caller sends.
+// load is one bench case: its values (request v is for value v), each
+// caller picking one at random per call.
 type load struct {
-	name string
-	desc func(r *rand.Rand) string
+	name   string
+	values int
+	desc   func(v int) string
 }
 
 var loads = []load{
-	{"hot descriptor", func(*rand.Rand) string { return "hot=x" }},
-	{"10,000 values", func(r *rand.Rand) string { return "user=" + strconv.Itoa(r.IntN(10000)) }},
+	{"hot descriptor", 1, func(int) string { return "hot=x" }},
+	{"10,000 values", 10000, valueName},
 }
+
+// callTimeout bounds one call (a stalled service is an error, not a hang).
+const callTimeout = 5 * time.Second
 
 // round is one timed run of one service.
 type round struct {
-	perSec, redisUsPerDecision, p50, p99 float64 // p50, p99 in ms
+	perSec, p50, p99 float64 // p50, p99 in ms
 	// From INFO commandstats, per decision: script calls (EVAL, EVALSHA)
 	// and Redis's µs in them, other commands and their µs. Commandstats
 	// counts the commands a script runs too (their µs are also in the
 	// script's): rlproxy's other commands are nearly all inside its scripts.
 	scriptCalls, scriptUs, otherCalls, otherUs float64
-	// CPU µs per decision of the service's process and of this load tool.
-	serverUs, toolUs float64
-	errors           int64
-	errorKinds       map[string]int64 // gRPC code and message: how many
+	// CPU µs per decision (utime+stime from /proc) of this load tool, the
+	// service's process and redis-server; others: the rest of the
+	// machine's busy CPU (other people's work on a shared VM) per decision.
+	toolUs, serverUs, redisUs, othersUs float64
+	errors                              int64
+	errorKinds                          map[string]int64 // gRPC code and message: how many
 }
+
+// ours is the CPU µs per decision of the three processes a decision uses.
+func (r round) ours() float64 { return r.toolUs + r.serverUs + r.redisUs }
 
 // refTimeout is envoyproxy/ratelimit's REDIS_TIMEOUT default; rlproxy
 // gets the same backend_timeout here (its own default, 500ms, fails a
@@ -62,11 +71,23 @@ const refTimeout = "10s"
 // service is one gRPC server under test.
 type service struct {
 	name  string
-	pid   int
-	conns []pb.RateLimitServiceClient
+	p     *proc
+	conns []*grpc.ClientConn
 }
 
-func bench(refBin, rlpBin, beforeBin string, rounds, callers, redisCPUPercent int, length time.Duration) error {
+// benchOptions are bench's settings (see main's flags).
+type benchOptions struct {
+	ref, rlproxy, before string
+	rounds, callers      int
+	conns                int    // HTTP/2 connections per service
+	client               string // clientStubs, clientReuse or clientRaw
+	tuned                bool   // the load tool's bigger buffers and windows
+	h2load               bool   // also the hot descriptor through h2load
+	redisCPU             int    // percent of a core; 0: no cap
+	length               time.Duration
+}
+
+func bench(o benchOptions) error {
 	red, rc, err := startRedis()
 	if err != nil {
 		return err
@@ -74,12 +95,12 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers, redisCPUPercent in
 	uncap := func() {}
 	defer func() { red.stop(); uncap() }() // the cgroup goes once Redis has
 	capped := "uncapped"
-	if redisCPUPercent > 0 {
-		if uncap, err = capCPU(red.cmd.Process.Pid, redisCPUPercent); err != nil {
+	if o.redisCPU > 0 {
+		if uncap, err = capCPU(red.cmd.Process.Pid, o.redisCPU); err != nil {
 			uncap = func() {}
 			return err
 		}
-		capped = fmt.Sprintf("capped at %d%% of a core", redisCPUPercent)
+		capped = fmt.Sprintf("capped at %d%% of a core", o.redisCPU)
 	}
 	dir, err := os.MkdirTemp("", "rlsside")
 	if err != nil {
@@ -89,7 +110,7 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers, redisCPUPercent in
 	if err := os.WriteFile(file, []byte(benchRules), 0o644); err != nil {
 		return err
 	}
-	ref, err := startRef(refBin, red.addr, []string{file})
+	ref, err := startRef(o.ref, red.addr, []string{file})
 	if err != nil {
 		return err
 	}
@@ -99,7 +120,7 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers, redisCPUPercent in
 		p    *proc
 	}
 	procs := []started{{"envoyproxy/ratelimit", ref}}
-	for _, b := range []struct{ name, bin string }{{"rlproxy", rlpBin}, {"rlproxy (before)", beforeBin}} {
+	for _, b := range []struct{ name, bin string }{{"rlproxy", o.rlproxy}, {"rlproxy (before)", o.before}} {
 		if b.bin == "" {
 			continue
 		}
@@ -118,64 +139,110 @@ func bench(refBin, rlpBin, beforeBin string, rounds, callers, redisCPUPercent in
 	procs = append(procs, started{"floor: gRPC answering OK, no Redis", floor})
 	var services []service
 	for _, p := range procs {
-		s := service{name: p.name, pid: p.p.cmd.Process.Pid}
-		for range 4 { // a few HTTP/2 connections, as Envoy's pool keeps
-			c, cc, err := dial(p.p.addr)
+		s := service{name: p.name, p: p.p}
+		for range o.conns { // a few HTTP/2 connections, as Envoy's pool keeps
+			_, cc, err := dial(p.p.addr, transport(o.tuned)...)
 			if err != nil {
 				return err
 			}
 			defer cc.Close()
-			s.conns = append(s.conns, c)
+			s.conns = append(s.conns, cc)
 		}
 		services = append(services, s)
 	}
-	fmt.Printf("%d callers, %s rounds, %d interleaved rounds per service (order rotating), one redis-server (%s)\n\n", callers, length, rounds, capped)
-	fmt.Println("| load | service | decisions/s | Redis CPU µs/decision | script calls / µs per decision | other commands / µs per decision | service CPU µs/decision | load tool CPU µs/decision | p50 ms | p99 ms | errors |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	tuned := "default"
+	if o.tuned {
+		tuned = "tuned"
+	}
+	fmt.Printf("client %s (%s transport), %d callers over %d connections per service, %s rounds, %d interleaved rounds per service (order rotating), one redis-server (%s); load average at start %s\n\n",
+		o.client, tuned, o.callers, o.conns, o.length, o.rounds, capped, loadAvg())
+	fmt.Println("CPU µs per decision: tool = this load tool, service = the service's process, Redis = redis-server (each utime+stime from /proc), sum = the three, others = the rest of the machine's busy CPU (other people's work).")
+	fmt.Println()
+	fmt.Println("| load | service | decisions/s | p50 ms | p99 ms | tool | service | Redis | sum | others | script calls / µs per decision | other commands / µs per decision | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, l := range loads {
+		reqs := requests(l)
+		raw, err := marshalAll(reqs)
+		if err != nil {
+			return err
+		}
+		callers := make([][]caller, len(services))
+		for i, s := range services {
+			for _, cc := range s.conns {
+				c, err := newCaller(o.client, cc, l, reqs, raw)
+				if err != nil {
+					return err
+				}
+				callers[i] = append(callers[i], c)
+			}
+		}
 		got := make([][]round, len(services))
-		for r := range rounds {
+		for r := range o.rounds {
 			for k := range services {
 				i := (k + r) % len(services)
-				got[i] = append(got[i], run(services[i], rc, l, callers, length))
+				got[i] = append(got[i], run(services[i].p.cmd.Process.Pid, red.cmd.Process.Pid, rc, callers[i], l, o.callers, o.length))
 			}
 		}
 		ms := make([]round, len(services))
 		for i, s := range services {
 			m := median(got[i])
 			ms[i] = m
-			fmt.Printf("| %s | %s | %.0f | %.2f | %.3f / %.2f | %.2f / %.2f | %.1f | %.1f | %.2f | %.2f | %d |\n", l.name, s.name,
-				m.perSec, m.redisUsPerDecision, m.scriptCalls, m.scriptUs, m.otherCalls, m.otherUs, m.serverUs, m.toolUs, m.p50, m.p99, m.errors)
+			fmt.Printf("| %s | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f / %.2f | %.2f / %.2f | %d |\n", l.name, s.name,
+				m.perSec, m.p50, m.p99, m.toolUs, m.serverUs, m.redisUs, m.ours(), m.othersUs, m.scriptCalls, m.scriptUs, m.otherCalls, m.otherUs, m.errors)
 			for k, n := range m.errorKinds {
 				fmt.Fprintf(os.Stderr, "%s, %s: %d errors %s\n", l.name, s.name, n, k)
 			}
 		}
 		for i := 1; i < len(services); i++ {
-			fmt.Printf("| %s | %s / ratelimit | %.2f× | %.2f× | | | | | | | |\n", l.name, services[i].name,
-				ms[i].perSec/ms[0].perSec, ms[i].redisUsPerDecision/ms[0].redisUsPerDecision)
+			fmt.Printf("| %s | %s / ratelimit | %.2f× | | %.2f× | | %.2f× | %.2f× | %.2f× | | | | |\n", l.name, services[i].name,
+				ms[i].perSec/ms[0].perSec, ms[i].p99/ms[0].p99, ms[i].serverUs/ms[0].serverUs, ms[i].redisUs/ms[0].redisUs, ms[i].ours()/ms[0].ours())
 		}
 		for i, s := range services {
-			fmt.Fprintf(os.Stderr, "%s, %s rounds (decisions/s, Redis µs/decision):", l.name, s.name)
+			fmt.Fprintf(os.Stderr, "%s, %s rounds (decisions/s, service µs, Redis µs, others µs per decision):", l.name, s.name)
 			for _, r := range got[i] {
-				fmt.Fprintf(os.Stderr, " %.0f/%.2f", r.perSec, r.redisUsPerDecision)
+				fmt.Fprintf(os.Stderr, " %.0f/%.1f/%.1f/%.1f", r.perSec, r.serverUs, r.redisUs, r.othersUs)
 			}
 			fmt.Fprintln(os.Stderr)
 		}
+		fmt.Printf("\nload average after %s: %s\n\n", l.name, loadAvg())
+	}
+	if o.h2load {
+		return benchH2load(services, rc, red.cmd.Process.Pid, o)
 	}
 	return nil
 }
 
-// run loads one service for length with callers, each calling in a loop.
-func run(s service, rc *redis.Client, l load, callers int, length time.Duration) round {
-	conns := s.conns
-	server0, tool0 := procCPU(s.pid), procCPU(os.Getpid())
-	cpu0, cmds0 := redisCPU(rc), redisCommands(rc)
+// cpuStart is the CPU counters a round starts from: the service's,
+// redis-server's and the whole machine's.
+type cpuStart struct {
+	serverPid, redisPid    int
+	server, redis, machine float64
+}
+
+func cpuSince(serverPid, redisPid int) cpuStart {
+	return cpuStart{serverPid, redisPid, procCPU(serverPid), procCPU(redisPid), machineCPU()}
+}
+
+// perDecision fills r's CPU figures from the counters since c, with the
+// load tool's tool seconds, over n decisions.
+func (c cpuStart) perDecision(r *round, tool, n float64) {
+	server, red := procCPU(c.serverPid)-c.server, procCPU(c.redisPid)-c.redis
+	r.toolUs, r.serverUs, r.redisUs = tool*1e6/n, server*1e6/n, red*1e6/n
+	r.othersUs = max(0, machineCPU()-c.machine-tool-server-red) * 1e6 / n
+}
+
+// run loads one service for length with callers, each calling in a loop
+// through its connection's caller.
+func run(serverPid, redisPid int, rc *redis.Client, conns []caller, l load, callers int, length time.Duration) round {
+	cpu0, tool0, cmds0 := cpuSince(serverPid, redisPid), procCPU(os.Getpid()), redisCommands(rc)
 	var mu sync.Mutex
 	var lat []time.Duration
 	var errs int64
 	kinds := map[string]int64{}
 	var wg sync.WaitGroup
 	end := time.Now().Add(length)
+	ctx, cancel := context.WithDeadline(context.Background(), end.Add(callTimeout))
+	defer cancel()
 	start := time.Now()
 	for i := range callers {
 		wg.Add(1)
@@ -186,12 +253,8 @@ func run(s service, rc *redis.Client, l load, callers int, length time.Duration)
 			var mine []time.Duration
 			var bad int64
 			for time.Now().Before(end) {
-				req := &pb.RateLimitRequest{Domain: "bench", Descriptors: descs(l.desc(r))}
 				t := time.Now()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, err := c.ShouldRateLimit(ctx, req, grpc.WaitForReady(true))
-				cancel()
-				if err != nil {
+				if err := c.call(ctx, r.IntN(l.values)); err != nil {
 					bad++
 					mu.Lock()
 					kinds[errorKind(err)]++
@@ -207,19 +270,22 @@ func run(s service, rc *redis.Client, l load, callers int, length time.Duration)
 	}
 	wg.Wait()
 	took := time.Since(start)
-	cpu := redisCPU(rc) - cpu0
-	cmds := redisCommands(rc)
-	server, tool := procCPU(s.pid)-server0, procCPU(os.Getpid())-tool0
-	slices.Sort(lat)
 	n := float64(len(lat))
 	if n == 0 {
 		return round{errors: errs, errorKinds: kinds}
 	}
-	at := func(q float64) float64 { return float64(lat[int(q*(n-1))].Microseconds()) / 1000 }
-	return round{perSec: n / took.Seconds(), redisUsPerDecision: cpu * 1e6 / n, p50: at(0.5), p99: at(0.99), errors: errs, errorKinds: kinds,
-		scriptCalls: (cmds.scripts.calls - cmds0.scripts.calls) / n, scriptUs: (cmds.scripts.usec - cmds0.scripts.usec) / n,
-		otherCalls: (cmds.other.calls - cmds0.other.calls) / n, otherUs: (cmds.other.usec - cmds0.other.usec) / n,
-		serverUs: server * 1e6 / n, toolUs: tool * 1e6 / n}
+	out := round{perSec: n / took.Seconds(), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99), errors: errs, errorKinds: kinds}
+	cpu0.perDecision(&out, procCPU(os.Getpid())-tool0, n)
+	cmds := redisCommands(rc)
+	out.scriptCalls, out.scriptUs = (cmds.scripts.calls-cmds0.scripts.calls)/n, (cmds.scripts.usec-cmds0.scripts.usec)/n
+	out.otherCalls, out.otherUs = (cmds.other.calls-cmds0.other.calls)/n, (cmds.other.usec-cmds0.other.usec)/n
+	return out
+}
+
+// quantile is the q-quantile of lat in ms (lat is sorted here).
+func quantile(lat []time.Duration, q float64) float64 {
+	slices.Sort(lat)
+	return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000
 }
 
 // capCPU puts a process in a cgroup (v1 cpu controller, or v2 cpu.max)
@@ -310,21 +376,32 @@ func errorKind(err error) string {
 	return s.Code().String() + ": " + msg
 }
 
-// redisCPU is the seconds of CPU redis-server has used (user + system).
-func redisCPU(rc *redis.Client) float64 {
-	info, err := rc.Info(context.Background(), "cpu").Result()
+// machineCPU is the seconds of CPU the whole machine has been busy
+// (every state of /proc/stat's cpu line but idle and iowait).
+func machineCPU() float64 {
+	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0
 	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if k == "used_cpu_sys" || k == "used_cpu_user" {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
+	line, _, _ := strings.Cut(string(b), "\n")
+	var busy float64
+	for i, f := range strings.Fields(line)[1:] {
+		x, _ := strconv.ParseFloat(f, 64)
+		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest time is in user already
+			busy += x
 		}
 	}
-	return total
+	return busy / 100 // USER_HZ
+}
+
+// loadAvg is /proc/loadavg's three load averages.
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // median is each figure's median over the rounds.
@@ -346,17 +423,18 @@ func median(rs []round) round {
 		}
 	}
 	return round{
-		perSec:             pick(func(r round) float64 { return r.perSec }),
-		redisUsPerDecision: pick(func(r round) float64 { return r.redisUsPerDecision }),
-		p50:                pick(func(r round) float64 { return r.p50 }),
-		p99:                pick(func(r round) float64 { return r.p99 }),
-		scriptCalls:        pick(func(r round) float64 { return r.scriptCalls }),
-		scriptUs:           pick(func(r round) float64 { return r.scriptUs }),
-		otherCalls:         pick(func(r round) float64 { return r.otherCalls }),
-		otherUs:            pick(func(r round) float64 { return r.otherUs }),
-		serverUs:           pick(func(r round) float64 { return r.serverUs }),
-		toolUs:             pick(func(r round) float64 { return r.toolUs }),
-		errors:             errs,
-		errorKinds:         kinds,
+		perSec:      pick(func(r round) float64 { return r.perSec }),
+		p50:         pick(func(r round) float64 { return r.p50 }),
+		p99:         pick(func(r round) float64 { return r.p99 }),
+		scriptCalls: pick(func(r round) float64 { return r.scriptCalls }),
+		scriptUs:    pick(func(r round) float64 { return r.scriptUs }),
+		otherCalls:  pick(func(r round) float64 { return r.otherCalls }),
+		otherUs:     pick(func(r round) float64 { return r.otherUs }),
+		toolUs:      pick(func(r round) float64 { return r.toolUs }),
+		serverUs:    pick(func(r round) float64 { return r.serverUs }),
+		redisUs:     pick(func(r round) float64 { return r.redisUs }),
+		othersUs:    pick(func(r round) float64 { return r.othersUs }),
+		errors:      errs,
+		errorKinds:  kinds,
 	}
 }

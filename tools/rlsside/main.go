@@ -3,7 +3,8 @@
 // gRPC client.
 //
 //	rlsside compare -ref ratelimit -ref-check config_check -rlproxy rlproxy [-src DIR -rev REV -out PAGE.md] [CONFIG.yaml...]
-//	rlsside bench -ref ratelimit -rlproxy rlproxy [-before rlproxy-old] [-redis-cpu 10] [-rounds 5 -callers 50 -time 5s]
+//	rlsside bench -ref ratelimit -rlproxy rlproxy [-before rlproxy-old] [-redis-cpu 10] [-rounds 5 -callers 50 -conns 4 -time 5s]
+//	              [-client stubs|reuse|raw] [-tuned] [-h2load]
 //
 // compare checks each config (every one in envoyproxy/ratelimit's source
 // tree DIR with -src) with both, sends the configs both load a request
@@ -13,7 +14,9 @@
 // answer differs where the contract does not say why. bench measures throughput,
 // latency and Redis CPU per decision for a hot descriptor and for 10,000
 // values of one descriptor, in interleaved rounds, and prints medians,
-// beside a floor: a gRPC server answering OK without Redis (floor.go).
+// beside a floor: a gRPC server answering OK without Redis (floor.go),
+// with the CPU per decision of every process (client.go: the load tool's
+// ways of calling; h2load.go: nghttp2's h2load as a second load tool).
 package main
 
 import (
@@ -30,7 +33,6 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 func main() {
@@ -57,13 +59,18 @@ func main() {
 	callers := fs.Int("callers", 50, "bench: concurrent callers")
 	redisCPU := fs.Int("redis-cpu", 0, "bench: cap redis-server at this percent of one core (cgroup; 0: no cap)")
 	length := fs.Duration("time", 5*time.Second, "bench: length of a round")
+	conns := fs.Int("conns", 4, "bench: HTTP/2 connections per service")
+	client := fs.String("client", clientStubs, "bench: how the load tool calls: stubs (a new message per call), reuse (messages built once) or raw (bytes marshalled once)")
+	tuned := fs.Bool("tuned", false, "bench: the load tool dials with bigger buffers and flow-control windows")
+	h2 := fs.Bool("h2load", false, "bench: also load the hot descriptor with h2load (nghttp2-client), checked by the services' own counts")
 	fs.Parse(os.Args[2:]) //nolint:errcheck // ExitOnError
 	var err error
 	switch os.Args[1] {
 	case "compare":
 		err = compare(compareOptions{ref: *ref, refCheck: *refCheck, rlproxy: *rlp, src: *src, rev: *rev, out: *out, configs: fs.Args()})
 	case "bench":
-		err = bench(*ref, *rlp, *before, *rounds, *callers, *redisCPU, *length)
+		err = bench(benchOptions{ref: *ref, rlproxy: *rlp, before: *before, rounds: *rounds, callers: *callers, conns: *conns,
+			client: *client, tuned: *tuned, h2load: *h2, redisCPU: *redisCPU, length: *length})
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -85,8 +92,9 @@ func freePort() int {
 
 // proc is a started process.
 type proc struct {
-	cmd  *exec.Cmd
-	addr string // its gRPC (or Redis) address
+	cmd     *exec.Cmd
+	addr    string // its gRPC (or Redis) address
+	metrics string // rlproxy's metrics_listen address
 }
 
 func (p *proc) stop() {
@@ -158,16 +166,24 @@ func startRlproxy(bin, redisAddr string, configs []string, extra ...string) (*pr
 	if err := copyConfigs(dir, configs); err != nil {
 		return nil, err
 	}
-	port := freePort()
-	args := append([]string{"--listen", "127.0.0.1:0",
+	port, metrics := freePort(), fmt.Sprintf("127.0.0.1:%d", freePort())
+	args := append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", metrics,
 		"--backend", "redis://" + redisAddr, "--rls-listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"--rls-config", dir, "--rls-response-headers", "--log-level", "warn"}, extra...)
-	return startProc(fmt.Sprintf("127.0.0.1:%d", port), nil, bin, args...)
+	p, err := startProc(fmt.Sprintf("127.0.0.1:%d", port), nil, bin, args...)
+	if p != nil {
+		p.metrics = metrics
+	}
+	return p, err
 }
 
-// dial connects to a service and waits until it answers.
-func dial(addr string) (pb.RateLimitServiceClient, *grpc.ClientConn, error) {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// dial connects to a service (with opts, or transport(false)) and waits
+// until it answers.
+func dial(addr string, opts ...grpc.DialOption) (pb.RateLimitServiceClient, *grpc.ClientConn, error) {
+	if len(opts) == 0 {
+		opts = transport(false)
+	}
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
