@@ -10,7 +10,6 @@
 #                 client sockets and the backend socket
 #   loop-gor      tools/gwloop -backend-goroutine: the loop reads clients,
 #                 a goroutine reads the backend and writes the replies
-#   rlproxy-noloop (when RLPROXY_NOLOOP=1) rlproxy with its loop turned off
 #
 # CPU per request: the proxy process's utime+stime (/proc/PID/stat) over
 # the run divided by the requests. Prints the per-round lines, then the
@@ -76,11 +75,6 @@ start rlproxy "$p" $(gw "$p")
 p=$(free_port)
 # shellcheck disable=SC2046
 start rlproxy-gmp1 "$p" env GOMAXPROCS=1 $(gw "$p")
-if [ "${RLPROXY_NOLOOP:-}" = 1 ]; then
-	p=$(free_port)
-	# shellcheck disable=SC2046
-	start rlproxy-noloop "$p" env RLPROXY_PASSTHROUGH_LOOP=false $(gw "$p")
-fi
 p=$(free_port)
 start loop "$p" "$work/gwloop" -listen "127.0.0.1:$p" -backend "127.0.0.1:$R"
 p=$(free_port)
