@@ -28,21 +28,13 @@ func newAlso(prelude string, files map[Algo]string) *redis.Script {
 
 func alsoSource(prelude string, files map[Algo]string) string {
 	var b, pick strings.Builder
-	b.WriteString(lua("also_ops.lua"))
 	pick.WriteString("local function make_store(KEYS, ARGV, algo)\n")
 	for i, a := range alsoAlgos {
 		fn := "store_" + strings.ReplaceAll(string(a), "-", "_")
 		fmt.Fprintf(&b, "local function %s(KEYS, ARGV, algo)\n", fn)
 		b.WriteString(prelude)
-		if !stateAlgos[a] {
-			// alg: none (its limits are closures); reset_us: for an
-			// algorithm without one (wrapLimit returns it).
-			b.WriteString("local alg, reset_us\n")
-		}
-		b.WriteString(limitOf(a, lua(files[a])))
-		if stateAlgos[a] {
-			b.WriteString(stateOps)
-		}
+		b.WriteString("local reset_us -- for an algorithm without one (wrapLimit returns it)\n")
+		b.WriteString(wrapLimit(lua(files[a])))
 		b.WriteString(lua("multi.lua"))
 		b.WriteString(lua("also_name.lua"))
 		b.WriteString("\nend\n")

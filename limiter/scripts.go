@@ -83,18 +83,14 @@ func NewScripts() *Scripts {
 		// wrapping, no per-call instances (about a quarter cheaper for
 		// Redis). It refuses a config of several limits rather than
 		// enforce only the first.
-		one := body
-		if stateAlgos[algo] {
-			one = body + oneState
-		}
-		s.acquire[algo] = redis.NewScript(head + oneLimit + one + epilogue)
-		s.multi[algo] = redis.NewScript(head + limitOf(algo, body) + lua("multi.lua") + multiKeys + epilogue)
+		s.acquire[algo] = redis.NewScript(head + oneLimit + body + epilogue)
+		s.multi[algo] = redis.NewScript(head + wrapLimit(body) + lua("multi.lua") + multiKeys + epilogue)
 		// names.lua decides a token bucket's and a fixed window's names
 		// inline (bucket_names, window_names).
 		inline := "local bucket_names, window_names = " + strconv.FormatBool(algo == TokenBucket) + ", " +
 			strconv.FormatBool(algo == FixedWindow) + "\n"
-		names := head + limitOf(algo, body) + "local new_multi\n" + inline + lua("names.lua")
-		namesMulti := head + limitOf(algo, body) + lua("multi.lua") + "local bucket_names, window_names = false, false\n" + lua("names.lua")
+		names := head + wrapLimit(body) + "local new_multi\n" + inline + lua("names.lua")
+		namesMulti := head + wrapLimit(body) + lua("multi.lua") + "local bucket_names, window_names = false, false\n" + lua("names.lua")
 		s.names[algo], s.namesMulti[algo] = redis.NewScript(names), redis.NewScript(namesMulti)
 		s.crossNames[algo], s.crossNamesMulti[algo] = redis.NewScript(crossSlot+names), redis.NewScript(crossSlot+namesMulti)
 	}
@@ -132,65 +128,6 @@ func (s *Scripts) For(c Config) *redis.Script {
 		return s.multi[c.Algo]
 	}
 	return s.acquire[c.Algo]
-}
-
-// stateAlgos are the algorithms whose file is written as functions of a
-// limit's state (new(rate, interval, burst, keys) makes a state S;
-// load(S), save(S), try(S, n, wait_us), try_run(S, n, count) if it has
-// one, available(S), give(S, n), charge(S, n), reset_us(S)), not as
-// closures over the script's locals: one copy of the functions serves
-// every limit of a call, so an also.lua name costs no closures (alg is
-// their table there). The others are wrapped (wrapLimit).
-var stateAlgos = map[Algo]bool{TokenBucket: true, FixedWindow: true}
-
-// stateLimit binds a state algorithm's functions to one state as the
-// closures of a limit, for multi.lua and names.lua: new_limit as
-// wrapLimit's.
-const stateLimit = `local function new_limit(rate, interval, burst, KEYS)
-  local S = new(rate, interval, burst, KEYS)
-  local l = {capacity = S.capacity,
-    load = function() load(S) end,
-    save = function() save(S) end,
-    try = function(n, wait_us) return try(S, n, wait_us) end,
-    available = function() return available(S) end,
-    give = function(n) give(S, n) end,
-    charge = function(n) return charge(S, n) end,
-    reset_us = function() return reset_us(S) end}
-  if try_run then l.try_run = function(n, count) return try_run(S, n, count) end end
-  return l
-end
-`
-
-// oneState binds a state algorithm's functions to the state of the
-// script's own KEYS (one limit: the config's) under the names
-// epilogue.lua calls. No table of them and no new_limit: the one-limit
-// script is the common call. (In "local f = function() f(S1) end" the
-// inner f is the outer one: the new local is in scope only after.)
-const oneState = `local S1 = new(rate, interval, burst, KEYS)
-local capacity = S1.capacity
-local load = function() load(S1) end
-local save = function() save(S1) end
-local try = function(n, wait_us) return try(S1, n, wait_us) end
-local available = function() return available(S1) end
-local give = function(n) give(S1, n) end
-local charge = function(n) return charge(S1, n) end
-if try_run then
-  local run = try_run
-  try_run = function(n, count) return run(S1, n, count) end
-end
-`
-
-// stateOps is the table also.lua calls a state algorithm's functions
-// through (also_ops.lua).
-const stateOps = "local alg = {new = new, load = load, save = save, available = available, try = try, give = give}\n"
-
-// limitOf defines new_limit(rate, interval, burst, KEYS) for an
-// algorithm's file body (multi.lua and names.lua build limits with it).
-func limitOf(algo Algo, body string) string {
-	if stateAlgos[algo] {
-		return body + stateLimit
-	}
-	return wrapLimit(body)
 }
 
 // wrapLimit makes an algorithm file the constructor of one limit,

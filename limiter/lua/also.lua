@@ -81,8 +81,7 @@ for _, s in ipairs(stores) do
   if s.state and #s.state > 0 then s.prefetch(s.state) end
 end
 for i = 1, n do
-  local l = limits[i]
-  if l then l[9].load(l[3]) end
+  if limits[i] then limits[i][3].load() end
 end
 
 if op == 'undo' then
@@ -91,19 +90,14 @@ if op == 'undo' then
     a = a + 2
   end
 else
-  -- A group's members' names and permits, each ARGV read once (a
-  -- tonumber costs Redis's Lua a strtod): kept for the give-back.
-  local mnames, mpermits = {}, {}
   local groups = tonumber(ARGV[a])
   a = a + 1
   for _ = 1, groups do
     local m, first = tonumber(ARGV[a]), a + 1 -- a member j's fields: ARGV[first + 4 * (j - 1) ...]
     a = first + 4 * m
     local decidable = true
-    for j = 1, m do
-      local nm = limits[tonumber(ARGV[first + 4 * (j - 1)])]
-      mnames[j] = nm
-      if not nm then decidable = false end
+    for j = first, a - 1, 4 do
+      if not limits[tonumber(ARGV[j])] then decidable = false end
     end
     local o = #out
     if not decidable then
@@ -112,27 +106,24 @@ else
       -- Each member decided as alone, its answer (granted, remaining,
       -- retry_us, reset_us) straight into out: no table per member.
       local all = true
-      for j = 1, m do
-        local nm, f = mnames[j], first + 4 * (j - 1)
-        local l, ops, p = nm[3], nm[9], tonumber(ARGV[f + 1])
-        mpermits[j] = p
+      for j = first, a - 1, 4 do
+        local l, p = limits[tonumber(ARGV[j])][3], tonumber(ARGV[j + 1])
         local g, rem, retry, reset = -1, 0, 0, 0
         if p <= l.capacity then
-          g, rem, retry, reset = ops.try(l, p, tonumber(ARGV[f + 2]) * 1000)
+          g, rem, retry, reset = l.try(p, tonumber(ARGV[j + 2]) * 1000)
         else
-          rem = ops.available(l)
+          rem = l.available()
         end
-        if g ~= 1 and ARGV[f + 3] ~= '1' then all = false end
-        local x = o + 4 * (j - 1) + 1
+        if g ~= 1 and ARGV[j + 3] ~= '1' then all = false end
+        local x = o + 1 + (j - first)
         out[x + 1], out[x + 2], out[x + 3], out[x + 4] = g, rem, us(retry), us(reset)
       end
       out[o + 1] = all and 1 or 0
-      for j = 1, m do
-        local x = o + 4 * (j - 1) + 1
+      for j = first, a - 1, 4 do
+        local l, x = limits[tonumber(ARGV[j])][3], o + 1 + (j - first)
         if not all then
-          local nm = mnames[j]
-          if out[x + 1] == 1 then nm[9].give(nm[3], mpermits[j]) end
-          out[x + 2] = nm[9].available(nm[3])
+          if out[x + 1] == 1 then l.give(tonumber(ARGV[j + 1])) end
+          out[x + 2] = l.available()
         end
         out[x + 2] = floor(out[x + 2] + EPS)
       end
@@ -141,8 +132,7 @@ else
 end
 
 for i = 1, n do
-  local l = limits[i]
-  if l then l[9].save(l[3]) end
+  if limits[i] then limits[i][3].save() end
 end
 for _, s in ipairs(stores) do s.flush() end
 return out

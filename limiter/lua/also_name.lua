@@ -15,10 +15,8 @@
 
 -- name(keys, arg, first) returns the name of config argument arg and
 -- keys keys: {0, epoch, limit, keys, specs or false, rate, interval,
--- burst, ops} (also_ops.lua: the limit is called as ops.try(limit, ...)),
--- or {status, epoch} as prelude.lua (first: the store's first name,
--- whose config the prelude has read). A limit of one algorithm written
--- as functions of a state (alg) is only its state: no closures per name.
+-- burst}, or {status, epoch} as prelude.lua (first: the store's first
+-- name, whose config the prelude has read).
 local function name(keys, arg, first)
   local c, r, i, b = conf, rate, interval, burst
   if not first then
@@ -31,12 +29,9 @@ local function name(keys, arg, first)
     if not l then
       return {2, c[1]} -- the caller named another number of limits
     end
-    return {0, c[1], l, keys, specs, nil, nil, nil, closures()}
+    return {0, c[1], l, keys, specs}
   end
-  if alg then
-    return {0, c[1], alg.new(r, i, b, keys), keys, false, r, i, b, alg}
-  end
-  return {0, c[1], new_limit(r, i, b, keys), keys, false, r, i, b, closures()}
+  return {0, c[1], new_limit(r, i, b, keys), keys, false, r, i, b}
 end
 
 -- undo(nm, n, t0) gives back n permits that an earlier call granted name
@@ -66,7 +61,7 @@ local function undo(nm, n, t0)
     end
   end
   if back > EPS then
-    nm[9].give(nm[3], back)
+    nm[3].give(back)
   end
 end
 

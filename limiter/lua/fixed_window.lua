@@ -18,18 +18,13 @@
 -- The clock may step back (after a failover) to before the stored window:
 -- that window is kept, and the time before it counts as full, so a window
 -- already used is never opened again.
---
--- Written as functions of one limit's state S, as token_bucket.lua.
-local function new(rate, interval, _, keys)
-  -- start, count: the state; stored: the state as read, when it is this
-  -- window's ("start:count", or packed)
-  return {capacity = rate, rate = rate, interval = interval, keys = keys, start = 0, count = 0}
-end
+local capacity = rate
+local start, count
+local stored -- the state as read, when it is this window's: "start:count" (or packed)
 
-local function load(S)
-  local interval, rate = S.interval, S.rate
-  local start, count, stored = fixed_start(now, interval), 0, nil
-  local v = get(S.keys[2])
+local function load()
+  start, count, stored = fixed_start(now, interval), 0, nil
+  local v = get(KEYS[2])
   if v then
     local s, c = read2(v)
     if s and c then
@@ -45,55 +40,52 @@ local function load(S)
       end
     end
   end
-  S.start, S.count, S.stored = start, count, stored
 end
 
 -- True when now lies in the state's window (not before it).
-local function current(S)
-  return S.start <= now
+local function current()
+  return start <= now
 end
 
-local function available(S)
-  if not current(S) then return 0 end
-  return max(0, S.rate - S.count)
+local function available()
+  if not current() then return 0 end
+  return max(0, rate - count)
 end
 
 -- Windows from the state's until the count (with n more) fits in one.
-local function windows_until(S, n)
-  local rate = S.rate
-  return max(0, ceil((S.count + n - rate) / rate - EPS))
+local function windows_until(n)
+  return max(0, ceil((count + n - rate) / rate - EPS))
 end
 
 -- Microseconds until every window is empty again.
-local function until_reset(S)
-  if S.count > 0 then return fixed_after(S.start, max(1, windows_until(S, 0) + 1), S.interval) - now end
-  return S.start - now -- until the stored window starts (a clock stepped back)
+local function until_reset()
+  if count > 0 then return fixed_after(start, max(1, windows_until(0) + 1), interval) - now end
+  return start - now -- until the stored window starts (a clock stepped back)
 end
 
-local function try(S, n, _)
-  if current(S) and S.count + n <= S.rate + EPS then
-    S.count = S.count + n
-    return 1, available(S), 0, until_reset(S)
+local function try(n, _)
+  if current() and count + n <= rate + EPS then
+    count = count + n
+    return 1, available(), 0, until_reset()
   end
   -- The first window this request fits in: the stored window when it is
   -- still ahead and has room, else the first after it that the debt (if
   -- any) leaves room in. n <= rate, so an empty window always has room.
-  local at = fixed_after(S.start, max(current(S) and 1 or 0, windows_until(S, n)), S.interval)
-  return 0, available(S), at - now, until_reset(S)
+  local at = fixed_after(start, max(current() and 1 or 0, windows_until(n)), interval)
+  return 0, available(), at - now, until_reset()
 end
 
-local function charge(S, n)
-  S.count = max(S.count, min(S.count + n, S.rate * MAX_DEBT_US / S.interval))
-  return S.rate - S.count, until_reset(S)
+local function charge(n)
+  count = max(count, min(count + n, rate * MAX_DEBT_US / interval))
+  return rate - count, until_reset()
 end
-
-local function give(S, n)
-  S.count = max(0, S.count - n)
-end
-
-local function save(S)
-  keep(S.keys[2], state2(S.start, S.count), until_reset(S), S.stored)
-end
-
 
 local reset_us = until_reset
+
+local function give(n)
+  count = max(0, count - n)
+end
+
+local function save()
+  keep(KEYS[2], state2(start, count), until_reset(), stored)
+end

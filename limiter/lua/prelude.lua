@@ -422,46 +422,41 @@ local function window_of(t, span)
 end
 
 -- The state of the bucket algorithms (token-bucket, leaky-bucket): a
--- "level:ts" string in S.keys[2], draining one permit per S.per_permit
+-- "level:ts" string in keys[2], draining one permit per per_permit
 -- microseconds; level is what the bucket holds (permits in use, or
--- queued). Functions of a limit's state S (see token_bucket.lua), which
--- they keep ts and the level as loaded in. The key is read at each load
--- and save: names.lua reuses one limit for every name of its call,
--- changing keys in between.
-
--- Reads the state (permits held at time ts, in microseconds) and drains
--- it up to now: the level now. The clock may step back after a
--- failover; time never runs backwards here.
-local function bucket_load(S)
-  local level, ts = 0, now
-  local v = get(S.keys[2])
-  if v then
-    local l, t = read2(v)
-    level, ts = l or 0, t or now
-  end
-  if now > ts then
-    level = max(0, level - (now - ts) / S.per_permit)
-    ts = now
-  end
-  S.ts, S.loaded = ts, level
-  return level
-end
-
--- Writes the state back, as keep() does: a level the call did not
--- change is not formatted and written again (it drains to the same
--- level).
-local function bucket_save(S, level)
-  local key, us = S.keys[2], level * S.per_permit
-  if level <= EPS then
-    drop(key)
-  elseif level ~= S.loaded or not lasts(key, us) then
-    keep(key, state2(level, S.ts), us)
-  end
-end
-
--- bucket returns a limit's load() (the level now) and save(level) as
--- closures over keys (leaky_bucket.lua).
+-- queued). bucket returns its load() (the level now) and save(level).
+-- The key is read at each load and save: names.lua reuses one limit for
+-- every name of its call, changing keys in between.
 local function bucket(keys, per_permit)
-  local S = {keys = keys, per_permit = per_permit}
-  return function() return bucket_load(S) end, function(level) bucket_save(S, level) end
+  local ts, loaded
+  -- Reads the state (permits held at time ts, in microseconds) and drains
+  -- it up to now. The clock may step back after a failover; time never
+  -- runs backwards here.
+  local function load()
+    local level
+    level, ts = 0, now
+    local v = get(keys[2])
+    if v then
+      local l, t = read2(v)
+      level, ts = l or 0, t or now
+    end
+    if now > ts then
+      level = max(0, level - (now - ts) / per_permit)
+      ts = now
+    end
+    loaded = level
+    return level
+  end
+  -- Writes the state back, as keep() does: a level the call did not
+  -- change is not formatted and written again (it drains to the same
+  -- level).
+  local function save(level)
+    local key, us = keys[2], level * per_permit
+    if level <= EPS then
+      drop(key)
+    elseif level ~= loaded or not lasts(key, us) then
+      keep(key, state2(level, ts), us)
+    end
+  end
+  return load, save
 end
