@@ -46,7 +46,7 @@ type Scripts struct {
 // prelude and epilogue.
 func NewScripts() *Scripts {
 	prelude, epilogue := lua("prelude.lua"), lua("epilogue.lua")
-	// Only the fixed window (and ALSO, which may hold one) reads the
+	// Only the fixed window (and ALSO's fixed-window store) reads the
 	// calendar: defining its functions is a measurable part of a short
 	// call, so the other algorithms' scripts go without.
 	withCalendar := lua("calendar.lua") + prelude
@@ -94,7 +94,7 @@ func NewScripts() *Scripts {
 		s.names[algo], s.namesMulti[algo] = redis.NewScript(names), redis.NewScript(namesMulti)
 		s.crossNames[algo], s.crossNamesMulti[algo] = redis.NewScript(crossSlot+names), redis.NewScript(crossSlot+namesMulti)
 	}
-	s.also = newAlso(withCalendar, files)
+	s.also = newAlso(prelude, files)
 	// The semaphore has ops of its own (no epilogue); it answers peek as
 	// the others do, so RL.AVAILABLE reads it the same way.
 	s.acquire[Concurrency] = redis.NewScript(prelude + lua("concurrency.lua"))

@@ -25,13 +25,16 @@ local function specs_of(c, rate, interval, burst)
   end
   return specs
 end
-local specs = specs_of(conf, rate, interval, burst)
+-- The script's config's limits, made at the first new_multi without
+-- its own (also.lua's stores never need them: each name has its own).
+local specs
 
 -- new_multi returns the limiter of the limits whose keys are keys (specs:
 -- the script's config's, unless given: also.lua's names have their
 -- own), or nil when keys name the keys of another number of limits (the
 -- caller's config is out of date: status 2 makes it read the config again).
 local function new_multi(keys, specs_)
+  if not specs_ and not specs then specs = specs_of(conf, rate, interval, burst) end
   local specs = specs_ or specs
   local per = (#keys - 1) / #specs
   if per < 1 or per ~= floor(per) then
