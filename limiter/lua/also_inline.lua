@@ -1,15 +1,14 @@
 -- also_inline.lua: also.lua's fast path, the head of its script (see
 -- also.go). An acquire whose names are all token buckets or fixed windows
 -- (not a calendar month) of one limit each, explicit or governed by a
--- policy (keys of their own, or one policy's hashes), is decided here in
--- straight code, names by position: no store, no limit object, no
--- closure per name, one clock reading, one MGET for the states of their
--- own, one HMGET of the hashes. Every answer, and every state written, is
--- what the general path (the rest of the script) gives; KEYS, ARGV and
--- the reply are also.lua's. Anything else (undo, several limits, another
--- algorithm, a name that is not there or of another epoch, the hashes of
--- two policies, a state that lasts past the hashes alive) is found
--- before anything is written and left to the general path.
+-- policy whose states are keys of their own, is decided here in straight
+-- code, names by position: no store, no limit object, no closure per
+-- name, one clock reading and one MGET for every state. Every answer,
+-- and every state written, is what the general path (the rest of the
+-- script) gives; KEYS, ARGV and the reply are also.lua's. Anything else
+-- (undo, a policy's hashes, several limits, another algorithm, a name
+-- that is not there or of another epoch) is found before anything is
+-- written and left to the general path.
 do
   local ceil, floor, max, fmod, match, byte, fmt = math.ceil, math.floor, math.max, math.fmod, string.match, string.byte, string.format
   local EPS = 1e-6
@@ -18,26 +17,13 @@ do
   -- Per name: bucket (a token bucket, else a fixed window), its state
   -- key, epoch, rate, interval (µs) and burst.
   local bucket, skey, epoch, rate, ivl, burst = {}, {}, {}, {}, {}, {}
-  -- The names whose states are in a policy's hashes (hashed[i]: true),
-  -- that policy's hash prefix and gen_ms (one policy's at most), and
-  -- whether its states are packed doubles (prelude.lua).
-  local hashed, hp, gms = {}, nil, nil
-  local struct = rawget(_G, 'struct')
   local a = 3
   if fast then
     for i = 1, n do
       local algo, arg = ARGV[a], ARGV[a + 1]
-      if ARGV[a + 2] ~= '2' then
+      if ARGV[a + 2] ~= '2' or byte(arg, 1) == 35 then -- '#': a policy's hashes
         fast = false
         break
-      end
-      if byte(arg, 1) == 35 then -- '#': a policy's hashes
-        local h, g = match(arg, '^#(%S+) (%d+) ')
-        if not h or (hp and (h ~= hp or tonumber(g) ~= gms)) then
-          fast = false
-          break
-        end
-        hp, gms, hashed[i] = h, tonumber(g), true
       end
       bucket[i] = algo == 'token-bucket'
       if not bucket[i] and algo ~= 'fixed-window' then
@@ -53,17 +39,12 @@ do
     for i = 1, n do
       local key, arg = KEYS[2 * i - 1], ARGV[3 * i + 1]
       local e, r, iv, b, l
-      local kind = byte(arg, 1)
-      if kind == 61 or kind == 35 then -- '=', '#': a policy's name
+      if byte(arg, 1) == 61 then -- '=': a policy's name
         if redis.call('EXISTS', key) == 1 then
           fast = false
           break
         end
-        if kind == 61 then
-          e, r, iv, b, l = match(arg, '^=(%S+) (%d+) (%d+) (%d+) ?(%S*)$')
-        else
-          e, r, iv, b, l = match(arg, '^#%S+ %d+ (%S+) (%d+) (%d+) (%d+) ?(%S*)$')
-        end
+        e, r, iv, b, l = match(arg, '^=(%S+) (%d+) (%d+) (%d+) ?(%S*)$')
       else
         local c = redis.call('HMGET', key, 'epoch', 'sub_rate', 'interval_ms', 'sub_burst', 'ttl_ms', 'sub_limits')
         if not c[1] or (arg ~= '' and arg ~= c[1]) then
@@ -94,56 +75,15 @@ do
       if x <= 0 then return 0 end
       return ceil(x - 1000 * EPS)
     end
-    -- The states: keys of their own with one MGET; a policy's hashes as
-    -- prelude.lua's prefetch reads them (the first generation alive with
-    -- its MARK, then the second), was[key] where (0, 1). A state missed
-    -- there while the policy has states of their own (booked ahead,
-    -- debt) is left to the general path.
-    local vals, was, own, hk = {}, {}, {}, {}
-    for i = 1, n do
-      if hashed[i] then hk[#hk + 1] = skey[i] else own[#own + 1] = skey[i] end
-    end
-    if #own > 0 then
-      own = redis.call('MGET', unpack(own))
-    end
-    local gen, gens, marked
-    if hp then
-      gen = floor(now / 1000 / gms) + 1
-      gens = {[0] = hp .. ':' .. gen, [1] = hp .. ':' .. (gen + 1)}
-      local got = redis.call('HMGET', gens[0], '', unpack(hk)) -- '': MARK
-      marked = got[1] ~= false
-      local missed = {}
-      for j = 1, #hk do
-        if got[j + 1] then vals[hk[j]], was[hk[j]] = got[j + 1], 0 else missed[#missed + 1] = hk[j] end
-      end
-      if #missed > 0 then
-        got = redis.call('HMGET', gens[1], unpack(missed))
-        local left = false
-        for j = 1, #missed do
-          if got[j] then vals[missed[j]], was[missed[j]] = got[j], 1 else left = true end
-        end
-        if left and redis.call('EXISTS', hp .. ':long') == 1 then fast = false end
-      end
-    end
-    local spack, sunpack = struct and struct.pack, struct and struct.unpack
+    local vals = redis.call('MGET', unpack(skey))
     -- The states: a bucket's level (lv), its ts and the level as loaded;
     -- a window's start (lv), count (ts) and the state as read when it is
     -- this window's (stored), as token_bucket.lua's and
     -- fixed_window.lua's load().
-    local lv, ts, loaded, out, o = {}, {}, {}, {}, 0
+    local lv, ts, loaded, out = {}, {}, {}, {}
     for i = 1, n do
-      local v, x, y
-      if hashed[i] then
-        v = vals[skey[i]]
-      else
-        o = o + 1
-        v = own[o]
-      end
-      if not v then
-        v = nil
-      elseif hashed[i] and struct then
-        if #v == 16 then x, y = sunpack('<dd', v) end
-      else
+      local v, x, y = vals[i], nil, nil
+      if v then
         x, y = match(v, '^([^:]+):(.+)$')
         x, y = tonumber(x), tonumber(y)
       end
@@ -239,90 +179,37 @@ do
       end
     end
 
-    -- The states written back as keep() writes them (prelude.lua): the
-    -- writes are planned first, as a state that must outlast the hashes
-    -- alive is left to the general path, before anything is written.
+    -- The states written back as keep() writes them (prelude.lua).
     local function whole(x)
       return x == floor(x) and x < 9e15 and x > -9e15
     end
-    local function state2(i, x, y)
-      if hashed[i] and struct then return spack('<dd', x, y) end
+    local function state2(x, y)
       if whole(y) then return fmt(whole(x) and '%d:%d' or '%.17g:%d', x, y) end
       return (whole(x) and fmt('%d', x) or fmt('%.17g', x)) .. ':' .. fmt('%.17g', y)
     end
-    -- The generation a state lasting u µs from now goes in, and whether
-    -- key's state (name i's) still lasts that long where it is.
-    local function gen_of(u)
-      return ceil(ceil((now + u) / 1000 - EPS) / gms)
-    end
-    local function lasts(i, key, u)
-      if hashed[i] then return was[key] ~= nil and gen + was[key] == gen_of(u) end
+    -- Whether key's TTL still runs until u µs from now.
+    local function lasts(key, u)
       return redis.call('PTTL', key) >= ceil((now + u) / 1000 - EPS) - floor(now / 1000) - 1
     end
-    local writes, sets, dels = {}, {[0] = {}, [1] = {}}, {[0] = {}, [1] = {}}
     for i = 1, n do
-      local key, u, value = skey[i], nil, nil
+      local key, u = skey[i], nil
+      local value
       if bucket[i] then
         local level = lv[i]
-        u = level * (ivl[i] / rate[i])
-        if level > EPS and (level ~= loaded[i] or not lasts(i, key, u)) then value = state2(i, level, ts[i]) end
+        u = level * ivl[i] / rate[i]
+        if level > EPS and (level ~= loaded[i] or not lasts(key, u)) then value = state2(level, ts[i]) end
         if level <= EPS then u = 0 end
       else
         u = until_reset(i)
-        value = state2(i, lv[i], ts[i])
-        if u > 0 and value == loaded[i] and lasts(i, key, u) then value = nil end
+        value = state2(lv[i], ts[i])
+        if u > 0 and value == loaded[i] and lasts(key, u) then value = nil end
       end
-      if not hashed[i] then
-        if u <= 0 then
-          writes[#writes + 1] = {key}
-        elseif value then
-          writes[#writes + 1] = {key, value, max(1, ceil(u / 1000 - EPS))}
-        end
-      elseif u <= 0 then
-        local w = was[key]
-        if w then dels[w][#dels[w] + 1] = key end
+      if u <= 0 then
+        redis.call('DEL', key)
       elseif value then
-        local g = gen_of(u) - gen
-        if g ~= 0 and g ~= 1 then
-          fast = false -- a state of its own (prelude.lua's keep)
-        else
-          local w = was[key]
-          if w and w ~= g then dels[w][#dels[w] + 1] = key end
-          local l = sets[g]
-          l[#l + 1], l[#l + 2] = key, value
-        end
+        redis.call('SET', key, value, 'PX', max(1, ceil(u / 1000 - EPS)))
       end
     end
-    if fast then
-      for _, w in ipairs(writes) do
-        if w[2] then
-          redis.call('SET', w[1], w[2], 'PX', w[3])
-        else
-          redis.call('DEL', w[1])
-        end
-      end
-      if hp then
-        -- prelude.lua's flush().
-        local first = sets[0]
-        if #first > 0 and not marked then
-          first[#first + 1], first[#first + 2] = '', '1'
-        end
-        for g = 0, 1 do
-          if #sets[g] > 0 then
-            redis.call('HSET', gens[g], unpack(sets[g]))
-            if g == 1 or not marked then
-              redis.call('PEXPIREAT', gens[g], (gen + g + 1) * gms)
-            end
-          end
-        end
-        if #first > 0 and not marked then
-          redis.call('UNLINK', hp .. ':' .. (gen - 1))
-        end
-        for g = 0, 1 do
-          if #dels[g] > 0 then redis.call('HDEL', gens[g], unpack(dels[g])) end
-        end
-      end
-      return out
-    end
+    return out
   end
 end
