@@ -21,13 +21,18 @@ var alsoAlgos = []Algo{TokenBucket, SlidingLog, SlidingWindow, FixedWindow, Leak
 // config and limit. A function per algorithm, its body between the
 // prelude and also_name.lua, picked by an if-chain: no table to build
 // per call, and no one giant function (the embedded backend's Lua
-// compiles one of five preludes too slowly).
+// compiles one of five preludes too slowly). also_inline.lua comes first:
+// the common calls (token buckets and fixed windows of one limit each)
+// are decided there, inline, and never reach the stores.
 func newAlso(prelude string, files map[Algo]string) *redis.Script {
 	return redis.NewScript(alsoSource(prelude, files))
 }
 
 func alsoSource(prelude string, files map[Algo]string) string {
 	var b, pick strings.Builder
+	// The fast path first: a call it decides returns before the stores'
+	// functions are made.
+	b.WriteString(lua("also_inline.lua"))
 	pick.WriteString("local function make_store(KEYS, ARGV, algo)\n")
 	for i, a := range alsoAlgos {
 		fn := "store_" + strings.ReplaceAll(string(a), "-", "_")
