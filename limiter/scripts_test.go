@@ -1188,12 +1188,13 @@ func TestUnchangedStateIsNotRewritten(t *testing.T) {
 				}
 				l.peek()
 			}
-			// At most one write: PTTL counts from Redis's millisecond
-			// clock, which may lag the script's TIME by one millisecond
-			// at the write; the check then fails once, and the rewrite
-			// sets the TTL afresh.
-			if n := sets(t) - before; n > 1 {
-				t.Errorf("10 denials and 10 peeks wrote the state %d times, want at most 1", n)
+			// At most two writes of 20 calls: PTTL counts from Redis's
+			// millisecond clock, which may lag the script's TIME by a
+			// millisecond at the write (the check then fails once, and
+			// the rewrite sets the TTL afresh), or more when a loaded
+			// machine preempts a script between TIME and PTTL.
+			if n := sets(t) - before; n > 2 {
+				t.Errorf("10 denials and 10 peeks wrote the state %d times, want at most 2", n)
 			}
 
 			// A TTL shorter than the state's (as after a rate change that
