@@ -94,16 +94,24 @@ func TestReadSleepsAfterTheBudgetAndGoesCold(t *testing.T) {
 		t.Fatal("a wait longer than the budget should stop polling")
 	}
 	// Cold: the next read does not poll; a quick one warms the conn up.
-	peer.Write([]byte("now"))
-	time.Sleep(10 * time.Millisecond) // already there when Read starts
-	if got := readString(t, c); got != "now" {
-		t.Fatalf("read %q", got)
-	}
-	if polled, _ := p.Stats(); polled != 1 {
-		t.Fatalf("a cold connection polled (polled %d)", polled)
-	}
-	if c.(*conn).cold {
-		t.Fatal("a short wait should resume polling")
+	// A read of data already there can still outlast the 100µs budget
+	// when a loaded machine preempts it, so a few tries are allowed; a
+	// connection that never warms up fails every one.
+	for try := 1; ; try++ {
+		peer.Write([]byte("now"))
+		time.Sleep(10 * time.Millisecond) // already there when Read starts
+		if got := readString(t, c); got != "now" {
+			t.Fatalf("read %q", got)
+		}
+		if polled, _ := p.Stats(); polled != 1 {
+			t.Fatalf("a cold connection polled (polled %d)", polled)
+		}
+		if !c.(*conn).cold {
+			break
+		}
+		if try == 5 {
+			t.Fatal("a short wait should resume polling")
+		}
 	}
 }
 
