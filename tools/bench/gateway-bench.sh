@@ -50,18 +50,7 @@ start_gateway() {
 # Redis (one server connection, as rlproxy's shared one); sets TW_PORT.
 start_twemproxy() {
 	TW_PORT=$(free_port)
-	cat >"$work/nutcracker.yml" <<-EOF
-		bench:
-		  listen: 127.0.0.1:$TW_PORT
-		  redis: true
-		  hash: fnv1a_64
-		  distribution: ketama
-		  auto_eject_hosts: false
-		  preconnect: true
-		  server_connections: 1
-		  servers:
-		   - 127.0.0.1:$1:1
-	EOF
+	nutcracker_conf "$TW_PORT" "$1"
 	nutcracker -c "$work/nutcracker.yml" -s "$(free_port)" -a 127.0.0.1 -o "$work/nutcracker.log" &
 	pids+=($!)
 	proxy_pid[$TW_PORT]=$!

@@ -55,18 +55,7 @@ start() {
 start_redis
 R=$REDIS_PORT
 p=$(free_port)
-cat >"$work/nutcracker.yml" <<EOF
-bench:
-  listen: 127.0.0.1:$p
-  redis: true
-  hash: fnv1a_64
-  distribution: ketama
-  auto_eject_hosts: false
-  preconnect: true
-  server_connections: 1
-  servers:
-   - 127.0.0.1:$R:1
-EOF
+nutcracker_conf "$p" "$R"
 start twemproxy "$p" nutcracker -c "$work/nutcracker.yml" -s "$(free_port)" -a 127.0.0.1
 gw() { echo "$work/rlproxy --listen 127.0.0.1:$1 --backend redis://127.0.0.1:$R --passthrough --log-level warn"; }
 p=$(free_port)

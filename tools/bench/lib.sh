@@ -61,3 +61,20 @@ cap_cpu() {
 	say "${me:-bench}: skipping the Redis-bound (capped) runs: no writable cgroup cpu controller (v1 $v1 or v2 $v2 cpu.max); run as root on Linux"
 	return 1
 }
+
+# nutcracker_conf LISTEN_PORT REDIS_PORT: writes $work/nutcracker.yml, a
+# twemproxy pool with one server connection (as rlproxy's shared one).
+nutcracker_conf() {
+	cat >"$work/nutcracker.yml" <<-EOF
+		bench:
+		  listen: 127.0.0.1:$1
+		  redis: true
+		  hash: fnv1a_64
+		  distribution: ketama
+		  auto_eject_hosts: false
+		  preconnect: true
+		  server_connections: 1
+		  servers:
+		   - 127.0.0.1:$2:1
+	EOF
+}
