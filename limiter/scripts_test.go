@@ -1055,7 +1055,9 @@ func TestRunDecidesLikeSeparateCalls(t *testing.T) {
 		{"sliding log", slidingLog(100, time.Hour), 1, 100, 0},
 		{"sliding log, 7 permits each", slidingLog(100, time.Hour), 7, 14, 2},
 		{"fixed window", fixedWindow(100, 24*time.Hour), 1, 100, 0},
+		{"fixed window, 7 permits each", fixedWindow(100, 24*time.Hour), 7, 14, 2},
 		{"sliding window", slidingWindow(100, 24*time.Hour), 1, 100, 0},
+		{"sliding window, 7 permits each", slidingWindow(100, 24*time.Hour), 7, 14, 2},
 		{"leaky bucket", leakyBucket(100, time.Hour, 100), 1, 1, 0},
 	}
 	for _, tc := range tests {
