@@ -137,6 +137,20 @@ local function decide_run(try, try_run, capacity, available, n, wait_us, count)
     floor(deny_rem + EPS), us(deny_retry), us(deny_reset)
 end
 
+-- run_of is an algorithm's try_run once it knows that g of a run of
+-- requests of n permits fit (g <= 0: none): add(m) counts m permits
+-- taken. Its answer as try_run's: granted, the first grant's remaining
+-- and reset, the last grant's reset.
+local function run_of(g, n, add, available, reset)
+  if g <= 0 then
+    return 0, 0, 0, 0
+  end
+  add(n)
+  local first_rem, first_reset = available(), reset()
+  add((g - 1) * n)
+  return g, first_rem, first_reset, reset()
+end
+
 -- Debt (RL.CHARGE past zero) is kept only up to what is paid back within
 -- this many microseconds (twice limiter.MaxRefill: 200 years), so every
 -- duration stays a whole number Redis takes in SET PX and in a reply.

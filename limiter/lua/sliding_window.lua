@@ -101,15 +101,9 @@ end
 
 -- Grants as many of k requests of n permits as fit now, at once: the
 -- same as calling try(n, 0) until one is denied (see fixed_window.lua).
+local function take(m) cur = cur + m end
 local function try_run(n, k)
-  local g = max(0, min(k, floor((rate + EPS - estimate()) / n)))
-  if g == 0 then
-    return 0, 0, 0, 0
-  end
-  cur = cur + n
-  local first_rem, first_reset = available(), until_reset()
-  cur = cur + (g - 1) * n
-  return g, first_rem, first_reset, until_reset()
+  return run_of(min(k, floor((rate + EPS - estimate()) / n)), n, take, available, until_reset)
 end
 
 local reset_us = until_reset
