@@ -284,6 +284,12 @@ type Config struct {
 	// (which must cover Redis's own time to build a big reply). Must be
 	// > 0. Defaults to 5s.
 	PassthroughClientStall time.Duration `mapstructure:"passthrough_client_stall"`
+	// (Optional) Serve the gateway's plain clients (forwarded commands on
+	// the shared connections, and the handshake) from one event loop
+	// thread instead of a goroutine each: less CPU per command. Linux
+	// only; clients under TLS or with a timeout keep their goroutine.
+	// Defaults to true.
+	PassthroughLoop bool `mapstructure:"passthrough_loop"`
 }
 
 // Default returns the configuration used for every key that no file,
@@ -335,6 +341,7 @@ func Default() Config {
 		PassthroughTimeout:          5 * time.Second,
 		PassthroughClientBuffer:     32 << 20,
 		PassthroughClientStall:      5 * time.Second,
+		PassthroughLoop:             true,
 	}
 }
 

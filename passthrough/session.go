@@ -34,6 +34,9 @@ type Session struct {
 	selected     bool                       // SELECTed another database: pinned for life
 	subs         map[string]map[string]bool // subscriptions by kind ("subscribe", ...)
 	closed       bool
+	// queued: replies are never read by Forward's caller (an event
+	// loop, which must not wait), only by the connections' readers.
+	queued bool
 
 	scratch struct { // Forward's, reused from one call to the next
 		cmds [][]string
@@ -51,6 +54,14 @@ func (g *Gateway) Open(t Tenant, push func(frame []byte), flush, kill func()) *S
 	s := &Session{g: g, id: g.sessions.Add(1), tenant: t, push: push, flush: flush, kill: kill}
 	s.drained.L = &s.mu
 	return s
+}
+
+// NeverWait makes Forward return without reading replies itself: its
+// caller is an event loop serving other clients.
+func (s *Session) NeverWait() {
+	s.mu.Lock()
+	s.queued = true
+	s.mu.Unlock()
 }
 
 // InMulti reports whether a MULTI is open.
@@ -136,7 +147,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply Reply) {
 	// Under load, and for pipelines (whose replies are written as they
 	// come), a reader goroutine per connection reads the replies of many
 	// clients.
-	b := batch{inline: len(calls) == 1 && s.g.o.Poller.Quiet()}
+	b := batch{inline: len(calls) == 1 && !s.queued && s.g.o.Poller.Quiet()}
 	// What is sent is gathered in the session's scratch slices (send
 	// copies it), taken for the call: one allocation per run, its waiters.
 	s.mu.Lock()

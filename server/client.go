@@ -42,6 +42,7 @@ type client struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	conn     net.Conn
+	looped   bool            // its socket was served by the event loop (loop_linux.go)
 	stopping <-chan struct{} // closed when the server shuts down (Watch)
 }
 
@@ -119,6 +120,9 @@ func (s *Server) accept(conn redcon.Conn) bool {
 	s.mu.Lock()
 	s.clients[c.id] = c
 	s.mu.Unlock()
+	if g, ok := c.conn.(*guardedConn); ok {
+		s.loopServe(g)
+	}
 	return true
 }
 

@@ -21,6 +21,10 @@ type Forwarder interface {
 	// BY and GET), Redis's refusal to a user bound to key patterns; ""
 	// for others.
 	SortDenied(args []string) string
+	// Stateless reports whether a call leaves the session as it was and
+	// needs no connection of its own (not MULTI, Pub/Sub, blocking,
+	// SELECT...): the event loop serves clients that send only these.
+	Stateless(args []string) bool
 	// Stop begins a shutdown: clients blocked in a forwarded blocking
 	// command (BLPOP, ...) are answered "ERR " + reason at once.
 	Stop(reason error)
@@ -42,6 +46,9 @@ type Session interface {
 	Abort()
 	// Subscribed reports whether the client has a subscription.
 	Subscribed() bool
+	// NeverWait makes Forward return without reading replies itself:
+	// its caller is the event loop, which serves other clients.
+	NeverWait()
 	// BlockedOn returns the backend's client id of the connection on
 	// which a blocking command of the client waits, else 0.
 	BlockedOn() int64
@@ -105,6 +112,9 @@ func (s *Server) session(c *client) Session {
 				c.conn.Close()
 			}()
 		})
+		if c.looped {
+			c.fwd.NeverWait()
+		}
 	}
 	return c.fwd
 }

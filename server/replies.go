@@ -346,6 +346,13 @@ func (q *replies) flush() {
 	q.changed.Broadcast()
 }
 
+// idle reports whether every reserved slot is filled.
+func (q *replies) idle() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.open == 0
+}
+
 // waitFilled returns once every reserved slot is filled: a client's
 // commands run in order, so the next runs after the earlier are decided.
 func (q *replies) waitFilled() {

@@ -43,8 +43,9 @@ type forwarder struct{ g *passthrough.Gateway }
 func (f forwarder) Open(t server.Tenant, push func([]byte), flush, kill func()) server.Session {
 	return f.g.Open(passthrough.Tenant(t), push, flush, kill)
 }
-func (f forwarder) Keys(args []string) []string { return passthrough.Keys(args) }
-func (f forwarder) Stop(reason error)           { f.g.Stop(reason) }
+func (f forwarder) Keys(args []string) []string  { return passthrough.Keys(args) }
+func (f forwarder) Stop(reason error)            { f.g.Stop(reason) }
+func (f forwarder) Stateless(args []string) bool { return passthrough.Stateless(args) }
 func (f forwarder) SortDenied(args []string) string {
 	if ps := passthrough.SortPatterns(args); len(ps) > 0 {
 		return ps[0].Denied()

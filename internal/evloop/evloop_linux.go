@@ -1,0 +1,188 @@
+//go:build linux
+
+// Package evloop serves sockets from one locked OS thread waiting in
+// epoll_wait, as twemproxy does, instead of a goroutine per socket.
+//
+// A goroutine per client costs, per request, a read that finds nothing
+// (Go reads until EAGAIN before it parks), a wake-up of the goroutine
+// through the scheduler, and the runtime's monitor; on a virtual machine
+// those dominate a forwarded command's CPU. The loop makes one
+// level-triggered read per ready socket and calls its owner there.
+//
+// A socket is taken out of Go's poller (Take) while the loop serves it
+// and given back as a net.Conn (Give) when its owner needs a goroutine
+// again. Only the loop thread closes a served descriptor (Done), so its
+// number is never reused while the loop may still read it.
+package evloop
+
+import (
+	"errors"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Handler is what the loop calls, on its thread, when a socket it
+// serves is readable or hung up. It must not block.
+type Handler interface {
+	Ready()
+}
+
+// Loop is one thread in epoll_wait and the sockets it serves.
+type Loop struct {
+	ep   int
+	wake int // an eventfd: Close wakes the thread with it
+
+	mu       sync.Mutex
+	handlers map[int32]Handler
+	closed   bool
+}
+
+// Supported reports whether this platform has the loop.
+const Supported = true
+
+// Start creates a loop and its thread.
+func Start() (*Loop, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(ep)
+		return nil, err
+	}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
+		unix.Close(ep)
+		unix.Close(wake)
+		return nil, err
+	}
+	l := &Loop{ep: ep, wake: wake, handlers: map[int32]Handler{}}
+	go l.run()
+	return l, nil
+}
+
+// Add serves fd (non-blocking, from Take): h.Ready is called while it is
+// readable. Any goroutine may call it.
+func (l *Loop) Add(fd int, h Handler) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errors.New("evloop: closed")
+	}
+	l.handlers[int32(fd)] = h
+	err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(fd)})
+	if err != nil {
+		delete(l.handlers, int32(fd))
+	}
+	return err
+}
+
+// Remove stops serving fd and leaves it open (to be given back). Only
+// the loop thread (a Ready call) may call it.
+func (l *Loop) Remove(fd int) {
+	l.mu.Lock()
+	delete(l.handlers, int32(fd))
+	l.mu.Unlock()
+	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, fd, nil)
+}
+
+// Done stops serving fd and closes it. Only the loop thread may call it.
+func (l *Loop) Done(fd int) {
+	l.Remove(fd)
+	_ = unix.Close(fd)
+}
+
+// Close stops the thread; the sockets still served are shut down, and
+// their handlers called a last time (they read the end and call Done).
+func (l *Loop) Close() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	l.mu.Unlock()
+	var one = [8]byte{1}
+	_, _ = unix.Write(l.wake, one[:])
+}
+
+func (l *Loop) run() {
+	runtime.LockOSThread() // the thread sleeps in epoll_wait: keep it out of the scheduler's way
+	events := make([]unix.EpollEvent, 128)
+	for {
+		n, err := unix.EpollWait(l.ep, events, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			panic("evloop: epoll_wait: " + err.Error()) // only EBADF/EFAULT/EINVAL: a bug
+		}
+		for _, ev := range events[:n] {
+			if int(ev.Fd) == l.wake {
+				l.shutdown()
+				return
+			}
+			l.mu.Lock()
+			h := l.handlers[ev.Fd]
+			l.mu.Unlock()
+			if h != nil {
+				h.Ready()
+			}
+		}
+	}
+}
+
+// shutdown ends what the loop still serves, and the loop.
+func (l *Loop) shutdown() {
+	l.mu.Lock()
+	left := make(map[int32]Handler, len(l.handlers))
+	for fd, h := range l.handlers {
+		left[fd] = h
+	}
+	l.mu.Unlock()
+	for fd, h := range left {
+		_ = unix.Shutdown(int(fd), unix.SHUT_RDWR)
+		h.Ready()
+	}
+	unix.Close(l.wake)
+	unix.Close(l.ep)
+}
+
+// Take removes a TCP connection from Go's poller and returns its
+// descriptor, non-blocking, for the loop (c is closed).
+func Take(c net.Conn) (int, error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return -1, errors.New("evloop: not a TCP connection")
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(f uintptr) { fd, derr = unix.Dup(int(f)) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, derr
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	tc.Close() // Go's poller forgets the socket; fd keeps it open
+	return fd, nil
+}
+
+// Give returns a descriptor the loop no longer serves to Go's poller as
+// a net.Conn (fd is closed: the connection has its own).
+func Give(fd int) (net.Conn, error) {
+	f := os.NewFile(uintptr(fd), "")
+	defer f.Close()
+	return net.FileConn(f)
+}
