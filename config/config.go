@@ -288,7 +288,8 @@ type Config struct {
 	// the shared connections, and the handshake) from one event loop
 	// thread instead of a goroutine each: less CPU per command. Linux
 	// only; clients under TLS or with a timeout keep their goroutine.
-	// Defaults to true.
+	// Defaults to false: measured here it saves a read per command but
+	// not CPU (docs/performance.md, "An event loop for the gateway").
 	PassthroughLoop bool `mapstructure:"passthrough_loop"`
 }
 
@@ -341,7 +342,6 @@ func Default() Config {
 		PassthroughTimeout:          5 * time.Second,
 		PassthroughClientBuffer:     32 << 20,
 		PassthroughClientStall:      5 * time.Second,
-		PassthroughLoop:             true,
 	}
 }
 

@@ -21,7 +21,8 @@ import (
 // the handshake (AUTH, HELLO, CLIENT SETNAME, PING, ECHO), all through
 // the same code as the goroutine path (forward, call, the reply queue).
 // At the first command it does not run (MULTI, SUBSCRIBE, BLPOP, RL.*,
-// an inline or malformed command, a request over loopMaxRequest) the
+// an inline or malformed command, a request over loopMaxRequest), or
+// when the client does not take its replies as fast as they come, the
 // socket goes back, for good, to its goroutine (redcon's, which waits in
 // Read from the start) with the bytes the loop read ahead: the guard and
 // redcon then judge them as if they had just come.
@@ -108,6 +109,14 @@ type loopConn struct {
 // more is there) and runs the whole commands in it.
 func (lc *loopConn) Ready() {
 	l := lc.l
+	if lc.g.client.replies.backedUp() {
+		// It does not read its replies: its goroutine reads no more
+		// requests until they are written (or it is closed past
+		// passthrough_client_buffer), as every client's does.
+		l.loop.Remove(lc.fd)
+		lc.back <- lc.pending
+		return
+	}
 	n, err := unix.Read(lc.fd, l.buf)
 	if n <= 0 {
 		if err == unix.EAGAIN || err == unix.EINTR {
@@ -146,10 +155,11 @@ func (s *Server) loopRun(c *client, b []byte) (used int, ok bool) {
 	s.drain.busy.Add(1)
 	defer s.drain.busy.Add(-1)
 	q.hold() // the replies of what this read brought go out together
-	defer q.release()
+	defer q.releaseAsync()
 	var calls [][]string
 	send := func() {
 		if len(calls) > 0 {
+			s.stats.loopCommands.Add(int64(len(calls)))
 			s.seen(c, calls[len(calls)-1])
 			s.forward(c, calls)
 			calls = nil
@@ -175,6 +185,7 @@ func (s *Server) loopRun(c *client, b []byte) (used int, ok bool) {
 			if !q.idle() {
 				return used, false
 			}
+			s.stats.loopCommands.Add(1)
 			s.seen(c, args)
 			s.opts.Poller.Begin()
 			if v := s.call(c, args); !c.muted(args) {

@@ -131,6 +131,7 @@ type stats struct {
 	rejected     atomic.Int64 // connections refused: max_clients
 	acceptErrors atomic.Int64 // accepts failed for want of file descriptors
 	bufferClosed atomic.Int64 // clients closed: passthrough_client_buffer
+	loopCommands atomic.Int64 // commands the event loop read and ran
 }
 
 // New builds a server answering the connection commands and the given

@@ -59,6 +59,8 @@ func passthroughStats(g *passthrough.Gateway, srv **server.Server) []stat {
 	return []stat{
 		{"Passthrough", "client_buffer_closed", "passthrough_client_buffer_closed_total", "Clients closed because they held passthrough_client_buffer bytes of replies and stopped reading.", false,
 			func() int64 { return (*srv).Stats().ClientBufferClosed }},
+		{"Passthrough", "loop_commands", "passthrough_loop_commands_total", "Commands the event loop read and ran (passthrough_loop).", false,
+			func() int64 { return (*srv).Stats().LoopCommands }},
 		{"Passthrough", "forwarded", "passthrough_forwarded_total", "Commands forwarded to the backend (passthrough).", false,
 			func() int64 { return g.Stats().Forwarded }},
 		{"Passthrough", "pinned_connections", "passthrough_pinned_connections", "Backend connections pinned to clients now (MULTI, blocking commands, Pub/Sub, SELECT, CLIENT TRACKING).", true,
