@@ -205,6 +205,7 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 		for _, w := range ws {
 			w.done(nil, err)
 		}
+		notifySent(ws)
 		return
 	}
 	queue := c.lazy && c.reading && len(c.waiters) > 0
@@ -222,6 +223,7 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 	}
 	if queue {
 		c.mu.Unlock()
+		notifySent(ws)
 		return
 	}
 	// Nobody reads a lazy connection with no reply awaited: the waiters
@@ -230,14 +232,26 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 	start := c.lazy && !c.reading
 	c.reading = c.reading || start
 	if !c.writeOut() {
+		notifySent(ws)
 		return
 	}
 	c.mu.Unlock()
+	notifySent(ws)
 	switch {
 	case start && inline:
 		c.readInline(len(ws))
 	case start:
 		go c.read()
+	}
+}
+
+// notifySent runs the NotifySent functions of the sessions whose
+// commands were just sent (usually none: one atomic load a command).
+func notifySent(ws []*waiter) {
+	for _, w := range ws {
+		if w.s != nil && w.s.sent.Load() != nil {
+			w.s.notifySent()
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Session is one client's way to the backend: which connection its
@@ -13,9 +14,10 @@ type Session struct {
 	g      *Gateway
 	id     uint64
 	tenant Tenant
-	push   func(frame []byte) // relays a frame no command asked for
-	flush  func()             // writes the replies filled so far
-	kill   func()             // closes the client once its replies are out
+	push   func(frame []byte)     // relays a frame no command asked for
+	flush  func()                 // writes the replies filled so far
+	kill   func()                 // closes the client once its replies are out
+	sent   atomic.Pointer[func()] // NotifySent's, until the next send
 
 	mu      sync.Mutex
 	drained sync.Cond // out fell to 0
@@ -54,6 +56,31 @@ func (g *Gateway) Open(t Tenant, push func(frame []byte), flush, kill func()) *S
 	s := &Session{g: g, id: g.sessions.Add(1), tenant: t, push: push, flush: flush, kill: kill}
 	s.drained.L = &s.mu
 	return s
+}
+
+// NotifySent calls f once the session's next command is written to its
+// backend connection, or queued there behind commands in flight (so
+// nothing sent later on that connection overtakes it). The caller's
+// event loop holds other clients until then; f also runs when that
+// command is refused or the session closes first.
+func (s *Session) NotifySent(f func()) {
+	s.sent.Store(&f)
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		s.notifySent()
+	}
+}
+
+// notifySent calls NotifySent's function, once.
+func (s *Session) notifySent() {
+	if s == nil {
+		return
+	}
+	if f := s.sent.Swap(nil); f != nil {
+		(*f)()
+	}
 }
 
 // NeverWait makes Forward return without reading replies itself: its
@@ -108,6 +135,7 @@ func (s *Session) Close() {
 	pin := s.pin
 	s.pin = nil
 	s.mu.Unlock()
+	s.notifySent()
 	if pin != nil {
 		s.g.unpin(pin, s.tenant.User, s.proto, false)
 	}

@@ -49,6 +49,10 @@ type Session interface {
 	// NeverWait makes Forward return without reading replies itself:
 	// its caller is the event loop, which serves other clients.
 	NeverWait()
+	// NotifySent calls f once the next command forwarded on the session
+	// is written to its backend connection or queued there behind
+	// others (or at once when the session has ended).
+	NotifySent(f func())
 	// BlockedOn returns the backend's client id of the connection on
 	// which a blocking command of the client waits, else 0.
 	BlockedOn() int64
@@ -332,4 +336,19 @@ func (s *Server) ask(c *client, args []string) []byte {
 		return true
 	})
 	return <-got
+}
+
+// handedBack tells the event loop that a client it handed back has
+// reached its first command here: once that command is on its way to
+// Redis (forwarded: written to its backend connection) or is one of
+// rlproxy's own, the loop may run other clients' commands without
+// overtaking it.
+func (s *Server) handedBack(c *client, first []string, done func()) {
+	if s.forwards(c, first) {
+		if fwd := s.session(c); fwd != nil {
+			fwd.NotifySent(done)
+			return
+		}
+	}
+	done()
 }

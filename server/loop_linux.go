@@ -32,6 +32,10 @@ import (
 // big arguments (bigarg.go).
 const loopMaxRequest = 64 << 10
 
+// handBackHold is the most the loop waits for a command it handed back
+// to reach its backend connection before it serves other clients again.
+const handBackHold = 20 * time.Millisecond
+
 // clientLoop is the server's event loop.
 type clientLoop struct {
 	s    *Server
@@ -133,7 +137,27 @@ func (lc *loopConn) Ready() {
 	used, ok := l.s.loopRun(lc.g.client, b)
 	if rest := b[used:]; !ok || len(rest) > loopMaxRequest {
 		l.loop.Remove(lc.fd)
+		if ok {
+			lc.back <- rest
+			return
+		}
+		// Hold the other clients until the command handed back is on
+		// its way to Redis: Redis runs commands in the order they came
+		// (a BRPOPLPUSH then another client's LPUSH), and the goroutine
+		// taking this socket back, then pinning a backend connection,
+		// would otherwise come after commands the loop reads meanwhile.
+		// Bounded: a command that never reaches a backend connection
+		// (refused, or one of rlproxy's own that waits) holds no one long.
+		sent := make(chan struct{})
+		f := sync.OnceFunc(func() { close(sent) })
+		lc.g.client.handBack.Store(&f)
 		lc.back <- rest
+		t := time.NewTimer(handBackHold)
+		select {
+		case <-sent:
+		case <-t.C:
+		}
+		t.Stop()
 	} else {
 		lc.pending = rest
 	}

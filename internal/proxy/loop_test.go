@@ -88,6 +88,37 @@ func TestGatewayLoopHandsBack(t *testing.T) {
 	}
 }
 
+// A command the loop hands back reaches Redis before the commands other
+// clients send after it, as with Redis alone (Redis's suite, "BRPOPLPUSH
+// with multiple blocked clients"): two clients block in BRPOPLPUSH, a
+// third pushes; the first is woken first (its target is a string:
+// WRONGTYPE), the second gets the element. A push that overtook them
+// would go to the first at once and leave the second blocked.
+func TestGatewayLoopHandBackKeepsOrder(t *testing.T) {
+	h := start(t, passthroughOn, loopOn)
+	r := h.raw(t)
+	r.Steps([][2]string{{"SET target1 nolist", "+OK"}})
+	for range 10 {
+		r.Call("DEL", "blist", "target2")
+		rd1, rd2, w := h.raw(t), h.raw(t), h.raw(t)
+		rd1.Send("BRPOPLPUSH", "blist", "target1", "0")
+		rd2.Send("BRPOPLPUSH", "blist", "target2", "0")
+		w.Send("LPUSH", "blist", "foo")
+		if got := rd1.Line(); !strings.HasPrefix(got, "-WRONGTYPE") {
+			t.Fatalf("first blocked client got %q, want WRONGTYPE", got)
+		}
+		if got := rd2.Line(); got != "$3" {
+			t.Fatalf("second blocked client got %q, want foo", got)
+		}
+		if got := rd2.Line(); got != "foo" {
+			t.Fatalf("second blocked client got %q, want foo", got)
+		}
+		if got := w.Line(); got != ":1" {
+			t.Fatalf("LPUSH answered %q", got)
+		}
+	}
+}
+
 // A client served by the loop that stops reading is closed once it holds
 // passthrough_client_buffer of replies (counted), and the others go on.
 func TestGatewayLoopClientStopsReading(t *testing.T) {

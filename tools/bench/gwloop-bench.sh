@@ -6,6 +6,8 @@
 #   twemproxy     Debian's nutcracker (one server connection)
 #   rlproxy       today's gateway (rlproxy --passthrough)
 #   rlproxy-gmp1  the same with GOMAXPROCS=1
+#   rlproxy-loop  the same with passthrough_loop: plain clients served by
+#                 an epoll thread (server/loop_linux.go)
 #   loop          tools/gwloop: one locked thread in epoll_wait serving the
 #                 client sockets and the backend socket
 #   loop-gor      tools/gwloop -backend-goroutine: the loop reads clients,
@@ -64,6 +66,9 @@ start rlproxy "$p" $(gw "$p")
 p=$(free_port)
 # shellcheck disable=SC2046
 start rlproxy-gmp1 "$p" env GOMAXPROCS=1 $(gw "$p")
+p=$(free_port)
+# shellcheck disable=SC2046
+start rlproxy-loop "$p" $(gw "$p") --passthrough-loop
 p=$(free_port)
 start loop "$p" "$work/gwloop" -listen "127.0.0.1:$p" -backend "127.0.0.1:$R"
 p=$(free_port)
