@@ -342,6 +342,7 @@ func Default() Config {
 		PassthroughTimeout:          5 * time.Second,
 		PassthroughClientBuffer:     32 << 20,
 		PassthroughClientStall:      5 * time.Second,
+		PassthroughLoop:             true,
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 )
 
 // The event loop (passthrough_loop) reads the sockets of the gateway's
-// plain clients on one thread in epoll_wait (package evloop): no
+// plain clients from one goroutine over an epoll set (package evloop): no
 // goroutine wakes per request, no read finds nothing. It runs what
 // forwards through the shared backend connections (GET, SET, ...) and
 // the handshake (AUTH, HELLO, CLIENT SETNAME, PING, ECHO), all through
@@ -38,9 +38,10 @@ const handBackHold = 20 * time.Millisecond
 
 // clientLoop is the server's event loop.
 type clientLoop struct {
-	s    *Server
-	loop *evloop.Loop
-	buf  []byte // the loop thread's read buffer
+	s     *Server
+	loop  *evloop.Loop
+	buf   []byte     // the loop's read buffer
+	calls [][]string // run's plain commands, reused
 }
 
 func (s *Server) startLoop() error {
@@ -91,7 +92,7 @@ func (s *Server) loopServe(g *guardedConn) {
 }
 
 // loopConn is a client socket the loop serves; after the hand-back, the
-// net.Conn it became. Only the loop thread closes the descriptor while
+// net.Conn it became. Only the loop's goroutine closes the descriptor while
 // the loop serves it (so its number is not reused under a read);
 // writers (the reply queue) write it under mu.
 type loopConn struct {
@@ -100,7 +101,7 @@ type loopConn struct {
 	fd            int
 	local, remote net.Addr
 	back          chan []byte // the hand-back: the bytes read ahead; closed: the client left
-	pending       []byte      // loop thread: the start of a request not whole yet
+	pending       []byte      // the loop's: the start of a request not whole yet
 
 	mu      sync.Mutex
 	real    net.Conn // after the hand-back
@@ -134,7 +135,7 @@ func (lc *loopConn) Ready() {
 	b := make([]byte, len(lc.pending)+n)
 	copy(b[copy(b, lc.pending):], l.buf[:n])
 	lc.pending = nil
-	used, ok := l.s.loopRun(lc.g.client, b)
+	used, ok := l.run(lc.g.client, b)
 	if rest := b[used:]; !ok || len(rest) > loopMaxRequest {
 		l.loop.Remove(lc.fd)
 		if ok {
@@ -163,7 +164,7 @@ func (lc *loopConn) Ready() {
 	}
 }
 
-// end closes the socket of a client that left (loop thread).
+// end closes the socket of a client that left (the loop's goroutine).
 func (lc *loopConn) end() {
 	lc.mu.Lock()
 	lc.ended = true
@@ -172,24 +173,16 @@ func (lc *loopConn) end() {
 	close(lc.back)
 }
 
-// loopRun runs the whole commands at the start of b and returns how many
-// bytes they took; ok false when it stopped at one the loop does not run.
-func (s *Server) loopRun(c *client, b []byte) (used int, ok bool) {
-	q := c.replies
+// run runs the whole commands at the start of b and returns how many
+// bytes they took; ok false when it stopped at one the loop does not run
+// (the plain commands before it are forwarded first).
+func (l *clientLoop) run(c *client, b []byte) (used int, ok bool) {
+	s, q := l.s, c.replies
 	s.drain.busy.Add(1)
 	defer s.drain.busy.Add(-1)
 	q.hold() // the replies of what this read brought go out together
 	defer q.releaseAsync()
-	var calls [][]string
-	send := func() {
-		if len(calls) > 0 {
-			s.stats.loopCommands.Add(int64(len(calls)))
-			s.seen(c, calls[len(calls)-1])
-			s.forward(c, calls)
-			calls = nil
-		}
-	}
-	defer send()
+	defer l.send(c)
 	for used < len(b) {
 		args, n, whole := loopCommand(b[used:])
 		switch {
@@ -200,12 +193,12 @@ func (s *Server) loopRun(c *client, b []byte) (used int, ok bool) {
 		case !c.authed && !preAuthFits(args):
 			return used, false // the guard refuses it
 		case s.forwards(c, args) && s.opts.Forward.Stateless(args):
-			calls = append(calls, args)
+			l.calls = append(l.calls, args)
 		case s.loopOwns(c, args):
 			// As on the goroutine path, it runs once the commands before
 			// it are answered: here only when they are at once (the
 			// handshake, before any forwarded command).
-			send()
+			l.send(c)
 			if !q.idle() {
 				return used, false
 			}
@@ -222,6 +215,19 @@ func (s *Server) loopRun(c *client, b []byte) (used int, ok bool) {
 		used += n
 	}
 	return used, true
+}
+
+// send forwards the plain commands run gathered (l.calls, reused: the
+// forward keeps each command's arguments, not the list).
+func (l *clientLoop) send(c *client) {
+	if len(l.calls) == 0 {
+		return
+	}
+	l.s.stats.loopCommands.Add(int64(len(l.calls)))
+	l.s.seen(c, l.calls[len(l.calls)-1])
+	l.s.forward(c, l.calls)
+	clear(l.calls)
+	l.calls = l.calls[:0]
 }
 
 // loopOwns reports whether the loop runs one of rlproxy's own commands

@@ -1,7 +1,8 @@
 //go:build linux
 
-// Package evloop serves sockets from one locked OS thread waiting in
-// epoll_wait, as twemproxy does, instead of a goroutine per socket.
+// Package evloop serves many sockets from one goroutine over an epoll
+// set, as twemproxy serves them from one thread, instead of a goroutine
+// per socket.
 //
 // A goroutine per client costs, per request, a read that finds nothing
 // (Go reads until EAGAIN before it parks), a wake-up of the goroutine
@@ -11,8 +12,8 @@
 //
 // A socket is taken out of Go's poller (Take) while the loop serves it
 // and given back as a net.Conn (Give) when its owner needs a goroutine
-// again. Only the loop thread closes a served descriptor (Done), so its
-// number is never reused while the loop may still read it.
+// again. Only the loop's goroutine closes a served descriptor (Done), so
+// its number is never reused while the loop may still read it.
 package evloop
 
 import (
@@ -25,7 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Handler is what the loop calls, on its thread, when a socket it
+// Handler is what the loop calls, on its goroutine, when a socket it
 // serves is readable or hung up. It must not block.
 type Handler interface {
 	Ready()
@@ -46,7 +47,7 @@ type Loop struct {
 // Supported reports whether this platform has the loop.
 const Supported = true
 
-// Start creates a loop and its thread.
+// Start creates a loop and its goroutine.
 func Start() (*Loop, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
@@ -102,7 +103,7 @@ func (l *Loop) Add(fd int, h Handler) error {
 }
 
 // Remove stops serving fd and leaves it open (to be given back). Only
-// the loop thread (a Ready call) may call it.
+// the loop's goroutine (a Ready call) may call it.
 func (l *Loop) Remove(fd int) {
 	l.mu.Lock()
 	delete(l.handlers, int32(fd))
@@ -110,13 +111,13 @@ func (l *Loop) Remove(fd int) {
 	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, fd, nil)
 }
 
-// Done stops serving fd and closes it. Only the loop thread may call it.
+// Done stops serving fd and closes it. Only the loop's goroutine may call it.
 func (l *Loop) Done(fd int) {
 	l.Remove(fd)
 	_ = unix.Close(fd)
 }
 
-// Close stops the thread; the sockets still served are shut down, and
+// Close stops the loop; the sockets still served are shut down, and
 // their handlers called a last time (they read the end and call Done).
 func (l *Loop) Close() {
 	l.mu.Lock()
@@ -131,22 +132,20 @@ func (l *Loop) Close() {
 }
 
 func (l *Loop) run() {
-	events := make([]unix.EpollEvent, 128)
+	var w waiting
+	w.events = make([]unix.EpollEvent, 128)
+	poll := w.poll // made once: a closure per wait would be an allocation per wake-up
 	for {
 		// What is ready now, without blocking; else park in Go's poller
 		// until the set is readable (it has a ready socket).
-		var n int
-		var err error
-		if perr := l.raw.Read(func(fd uintptr) bool {
-			n, err = unix.EpollWait(int(fd), events, 0)
-			return n > 0 || (err != nil && err != unix.EINTR)
-		}); perr != nil {
-			err = perr
+		if err := l.raw.Read(poll); err != nil {
+			w.err = err
 		}
-		if err != nil {
-			panic("evloop: epoll_wait: " + err.Error()) // only EBADF/EFAULT/EINVAL: a bug
+		if w.err != nil {
+			panic("evloop: epoll_wait: " + w.err.Error()) // only EBADF/EFAULT/EINVAL: a bug
 		}
-		for _, ev := range events[:n] {
+		events := w.events[:w.n]
+		for _, ev := range events {
 			if int(ev.Fd) == l.wake {
 				l.shutdown()
 				return
@@ -159,6 +158,22 @@ func (l *Loop) run() {
 			}
 		}
 	}
+}
+
+// waiting is the loop's wait for ready sockets: poll takes what is ready
+// without blocking and reports whether there was anything.
+type waiting struct {
+	events []unix.EpollEvent
+	n      int
+	err    error
+}
+
+func (w *waiting) poll(fd uintptr) bool {
+	w.n, w.err = unix.EpollWait(int(fd), w.events, 0)
+	if w.err == unix.EINTR {
+		w.n, w.err = 0, nil
+	}
+	return w.n > 0 || w.err != nil
 }
 
 // shutdown ends what the loop still serves, and the loop.
