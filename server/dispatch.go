@@ -39,6 +39,7 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	s.seen(c, calls[len(calls)-1])
 	if f := c.handBack.Swap(nil); f != nil {
 		s.handedBack(c, calls[0], *f)
+		defer (*f)() // a command refused before it was sent (a looped client's forward never waits for replies)
 	}
 	q := c.replies
 	q.hold()

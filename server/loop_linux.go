@@ -34,7 +34,7 @@ const loopMaxRequest = 64 << 10
 
 // handBackHold is the most the loop waits for a command it handed back
 // to reach its backend connection before it serves other clients again.
-const handBackHold = 20 * time.Millisecond
+const handBackHold = time.Second
 
 // clientLoop is the server's event loop.
 type clientLoop struct {
@@ -135,10 +135,10 @@ func (lc *loopConn) Ready() {
 	b := make([]byte, len(lc.pending)+n)
 	copy(b[copy(b, lc.pending):], l.buf[:n])
 	lc.pending = nil
-	used, ok := l.run(lc.g.client, b)
-	if rest := b[used:]; !ok || len(rest) > loopMaxRequest {
+	used, why := l.run(lc.g.client, b)
+	if rest := b[used:]; why != stopNone || len(rest) > loopMaxRequest {
 		l.loop.Remove(lc.fd)
-		if ok {
+		if why != stopCommand {
 			lc.back <- rest
 			return
 		}
@@ -147,8 +147,10 @@ func (lc *loopConn) Ready() {
 		// (a BRPOPLPUSH then another client's LPUSH), and the goroutine
 		// taking this socket back, then pinning a backend connection,
 		// would otherwise come after commands the loop reads meanwhile.
-		// Bounded: a command that never reaches a backend connection
-		// (refused, or one of rlproxy's own that waits) holds no one long.
+		// The goroutine says so once the command is written to its
+		// backend connection, refused, or one of rlproxy's own (or the
+		// client is closed); the bound is for a goroutine that does not
+		// run, not for a command that waits.
 		sent := make(chan struct{})
 		f := sync.OnceFunc(func() { close(sent) })
 		lc.g.client.handBack.Store(&f)
@@ -173,10 +175,19 @@ func (lc *loopConn) end() {
 	close(lc.back)
 }
 
+// stop says why run stopped before the end of what was read.
+type stop int
+
+const (
+	stopNone    stop = iota // it ran every whole command (the rest is a part of one)
+	stopBytes               // bytes the loop does not parse (inline, malformed, a big argument): the guard and redcon judge them
+	stopCommand             // a whole command the loop does not run: its goroutine runs it
+)
+
 // run runs the whole commands at the start of b and returns how many
-// bytes they took; ok false when it stopped at one the loop does not run
-// (the plain commands before it are forwarded first).
-func (l *clientLoop) run(c *client, b []byte) (used int, ok bool) {
+// bytes they took, and why it stopped short (the plain commands before
+// that are forwarded first).
+func (l *clientLoop) run(c *client, b []byte) (used int, why stop) {
 	s, q := l.s, c.replies
 	s.drain.busy.Add(1)
 	defer s.drain.busy.Add(-1)
@@ -187,11 +198,11 @@ func (l *clientLoop) run(c *client, b []byte) (used int, ok bool) {
 		args, n, whole := loopCommand(b[used:])
 		switch {
 		case !whole:
-			return used, false
+			return used, stopBytes
 		case n == 0:
-			return used, true // the rest comes with a later read
+			return used, stopNone // the rest comes with a later read
 		case !c.authed && !preAuthFits(args):
-			return used, false // the guard refuses it
+			return used, stopBytes // the guard refuses it
 		case s.forwards(c, args) && s.opts.Forward.Stateless(args):
 			l.calls = append(l.calls, args)
 		case s.loopOwns(c, args):
@@ -200,7 +211,7 @@ func (l *clientLoop) run(c *client, b []byte) (used int, ok bool) {
 			// handshake, before any forwarded command).
 			l.send(c)
 			if !q.idle() {
-				return used, false
+				return used, stopCommand
 			}
 			s.stats.loopCommands.Add(1)
 			s.seen(c, args)
@@ -210,11 +221,11 @@ func (l *clientLoop) run(c *client, b []byte) (used int, ok bool) {
 			}
 			s.opts.Poller.End()
 		default:
-			return used, false
+			return used, stopCommand
 		}
 		used += n
 	}
-	return used, true
+	return used, stopNone
 }
 
 // send forwards the plain commands run gathered (l.calls, reused: the
@@ -413,6 +424,11 @@ func (lc *loopConn) Write(b []byte) (int, error) {
 // Close shuts the socket down; the loop sees the end and closes it (or,
 // handed back, the Read that takes it).
 func (lc *loopConn) Close() error {
+	if lc.g != nil {
+		if f := lc.g.client.handBack.Swap(nil); f != nil {
+			(*f)() // it will run no command: the loop need not wait for it
+		}
+	}
 	lc.mu.Lock()
 	if real := lc.real; real != nil {
 		lc.mu.Unlock()
