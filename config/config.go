@@ -286,10 +286,10 @@ type Config struct {
 	PassthroughClientStall time.Duration `mapstructure:"passthrough_client_stall"`
 	// (Optional) Serve the gateway's plain clients (forwarded commands on
 	// the shared connections, and the handshake) from one event loop
-	// thread instead of a goroutine each: less CPU per command. Linux
-	// only; clients under TLS or with a timeout keep their goroutine.
-	// Defaults to false: measured here it saves a read per command but
-	// not CPU (docs/performance.md, "An event loop for the gateway").
+	// (a goroutine over an epoll set) instead of a goroutine each: less
+	// CPU per command with GOMAXPROCS=1, at some light-load latency.
+	// Linux only; clients under TLS or with a timeout keep their
+	// goroutine. Defaults to false (docs/gateway.md).
 	PassthroughLoop bool `mapstructure:"passthrough_loop"`
 }
 
@@ -342,7 +342,6 @@ func Default() Config {
 		PassthroughTimeout:          5 * time.Second,
 		PassthroughClientBuffer:     32 << 20,
 		PassthroughClientStall:      5 * time.Second,
-		PassthroughLoop:             true,
 	}
 }
 
