@@ -36,8 +36,9 @@ type Session struct {
 	selected     bool                       // SELECTed another database: pinned for life
 	subs         map[string]map[string]bool // subscriptions by kind ("subscribe", ...)
 	closed       bool
-	// queued: replies are never read by Forward's caller (an event
-	// loop, which must not wait), only by the connections' readers.
+	// queued: Forward's caller is an event loop serving other clients:
+	// it reads a lone reply at light load only if it comes within
+	// soonWait (conn.send), else the connections' readers do.
 	queued bool
 
 	scratch struct { // Forward's, reused from one call to the next
@@ -83,8 +84,8 @@ func (s *Session) notifySent() {
 	}
 }
 
-// NeverWait makes Forward return without reading replies itself: its
-// caller is an event loop serving other clients.
+// NeverWait makes Forward wait for no reply (past soonWait): its caller
+// is an event loop serving other clients.
 func (s *Session) NeverWait() {
 	s.mu.Lock()
 	s.queued = true
@@ -143,15 +144,15 @@ func (s *Session) Close() {
 
 // batch is a run of commands for one connection, written at once.
 type batch struct {
-	c      *conn
-	cmds   [][]string
-	ws     []*waiter
-	inline bool // the client's goroutine may read the replies (conn.send)
+	c    *conn
+	cmds [][]string
+	ws   []*waiter
+	read readBy // who reads the replies (conn.send)
 }
 
 func (b *batch) flush() {
 	if len(b.cmds) > 0 {
-		b.c.send(b.cmds, b.ws, b.inline)
+		b.c.send(b.cmds, b.ws, b.read)
 	}
 	// send copied them: the slices serve the next connection's run.
 	clear(b.cmds) // nor the arguments (they may be big) nor the waiters
@@ -175,7 +176,15 @@ func (s *Session) Forward(proto int, calls [][]string, reply Reply) {
 	// Under load, and for pipelines (whose replies are written as they
 	// come), a reader goroutine per connection reads the replies of many
 	// clients.
-	b := batch{inline: len(calls) == 1 && !s.queued && s.g.o.Poller.Quiet()}
+	b := batch{read: byReader}
+	if len(calls) == 1 && s.g.o.Poller.Quiet() {
+		// An event loop (queued) reads the reply only if it comes soon:
+		// it serves other clients too.
+		b.read = byCaller
+		if s.queued {
+			b.read = byCallerSoon
+		}
+	}
 	// What is sent is gathered in the session's scratch slices (send
 	// copies it), taken for the call: one allocation per run, its waiters.
 	s.mu.Lock()
