@@ -284,6 +284,13 @@ type Config struct {
 	// (which must cover Redis's own time to build a big reply). Must be
 	// > 0. Defaults to 5s.
 	PassthroughClientStall time.Duration `mapstructure:"passthrough_client_stall"`
+	// (Optional) Serve the gateway's plain clients (forwarded commands on
+	// the shared connections, and the handshake) from one event loop
+	// (a goroutine over an epoll set) instead of a goroutine each: less
+	// CPU per command with GOMAXPROCS=1, at some light-load latency.
+	// Linux only; clients under TLS or with a timeout keep their
+	// goroutine. Defaults to false (docs/gateway.md).
+	PassthroughLoop bool `mapstructure:"passthrough_loop"`
 }
 
 // Default returns the configuration used for every key that no file,

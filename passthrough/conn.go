@@ -197,7 +197,7 @@ func userOrDefault(u string) string {
 // read the replies itself when nobody reads the connection: one
 // goroutine then polls for the reply and, right after, for the client's
 // next request, with no wake-up of another goroutine in between.
-func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
+func (c *conn) send(cmds [][]string, ws []*waiter, read readBy) {
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -205,6 +205,7 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 		for _, w := range ws {
 			w.done(nil, err)
 		}
+		notifySent(ws)
 		return
 	}
 	queue := c.lazy && c.reading && len(c.waiters) > 0
@@ -222,6 +223,7 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 	}
 	if queue {
 		c.mu.Unlock()
+		notifySent(ws)
 		return
 	}
 	// Nobody reads a lazy connection with no reply awaited: the waiters
@@ -230,14 +232,66 @@ func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 	start := c.lazy && !c.reading
 	c.reading = c.reading || start
 	if !c.writeOut() {
+		notifySent(ws)
 		return
 	}
 	c.mu.Unlock()
+	notifySent(ws)
 	switch {
-	case start && inline:
+	case start && read == byCaller:
 		c.readInline(len(ws))
+	case start && read == byCallerSoon:
+		if c.replyWithin(soonWait) {
+			c.readInline(len(ws))
+		} else {
+			go c.read()
+		}
 	case start:
 		go c.read()
+	}
+}
+
+// notifySent runs the NotifySent functions of the sessions whose
+// commands were just sent (usually none: one atomic load a command).
+func notifySent(ws []*waiter) {
+	for _, w := range ws {
+		if w.s != nil && w.s.sent.Load() != nil {
+			w.s.notifySent()
+		}
+	}
+}
+
+// readBy says who reads the replies of commands send writes to a lazy
+// connection nobody reads.
+type readBy int
+
+const (
+	byReader     readBy = iota // a reader goroutine
+	byCaller                   // the caller (a client's goroutine, at light load): readInline
+	byCallerSoon               // the caller if they come within soonWait, else a reader goroutine
+)
+
+// soonWait is how long an event loop's send waits for a lone command's
+// reply (byCallerSoon) before it leaves it to a reader goroutine and goes
+// back to its other clients: a round trip to a Redis nearby, not a slow
+// command's run.
+const soonWait = 200 * time.Microsecond
+
+// replyWithin reports whether a whole reply is read (buffered) within d.
+// Only for a lazy connection, never under TLS: a TLS read that times out
+// leaves the connection unusable.
+func (c *conn) replyWithin(d time.Duration) bool {
+	_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	defer func() { _ = c.nc.SetReadDeadline(time.Time{}) }()
+	for {
+		if b, _ := c.r.Peek(c.r.Buffered()); len(b) > 0 && resp.FrameIn(b, maxFrameBytes) > 0 {
+			return true
+		}
+		// The timeout's error is the bufio.Reader's to return once, here:
+		// the reader goroutine that takes over does not see it.
+		if _, err := c.r.Peek(c.r.Buffered() + 1); err != nil {
+			return false
+		}
 	}
 }
 

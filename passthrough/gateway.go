@@ -432,6 +432,7 @@ type command struct {
 	container bool                    // the subcommand decides the keys
 	unsub     string                  // an unsubscribe: the kind of subscription it ends
 	noCluster bool                    // refused in cluster mode
+	planned   bool                    // Session.plan looks at it by name
 }
 
 // commandsByName holds every command of the tables, by upper-case name
@@ -471,7 +472,7 @@ var commandsByName = func() map[string]*command {
 		}
 	}
 	for _, name := range planned {
-		get(name)
+		get(name).planned = true
 	}
 	return m
 }()
@@ -487,6 +488,16 @@ func commandOf(name string) *command {
 		return c
 	}
 	return &command{name: upper}
+}
+
+// Stateless reports whether a call leaves a client's session as it was
+// and needs no connection of its own: not a transaction, Pub/Sub, a
+// blocking command or one that sets connection state (SELECT, CLIENT
+// TRACKING). A client that sends only such calls, on a session that
+// holds no state, may be read by an event loop (server's loop).
+func Stateless(args []string) bool {
+	cmd := commandOf(args[0])
+	return !cmd.planned && cmd.unsub == "" && !blocks(cmd, args)
 }
 
 // blocking are the commands that may block the connection.

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Session is one client's way to the backend: which connection its
@@ -13,9 +14,10 @@ type Session struct {
 	g      *Gateway
 	id     uint64
 	tenant Tenant
-	push   func(frame []byte) // relays a frame no command asked for
-	flush  func()             // writes the replies filled so far
-	kill   func()             // closes the client once its replies are out
+	push   func(frame []byte)     // relays a frame no command asked for
+	flush  func()                 // writes the replies filled so far
+	kill   func()                 // closes the client once its replies are out
+	sent   atomic.Pointer[func()] // NotifySent's, until the next send
 
 	mu      sync.Mutex
 	drained sync.Cond // out fell to 0
@@ -34,6 +36,10 @@ type Session struct {
 	selected     bool                       // SELECTed another database: pinned for life
 	subs         map[string]map[string]bool // subscriptions by kind ("subscribe", ...)
 	closed       bool
+	// queued: Forward's caller is an event loop serving other clients:
+	// it reads a lone reply at light load only if it comes within
+	// soonWait (conn.send), else the connections' readers do.
+	queued bool
 
 	scratch struct { // Forward's, reused from one call to the next
 		cmds [][]string
@@ -51,6 +57,39 @@ func (g *Gateway) Open(t Tenant, push func(frame []byte), flush, kill func()) *S
 	s := &Session{g: g, id: g.sessions.Add(1), tenant: t, push: push, flush: flush, kill: kill}
 	s.drained.L = &s.mu
 	return s
+}
+
+// NotifySent calls f once the session's next command is written to its
+// backend connection, or queued there behind commands in flight (so
+// nothing sent later on that connection overtakes it). The caller's
+// event loop holds other clients until then; f also runs when that
+// command is refused or the session closes first.
+func (s *Session) NotifySent(f func()) {
+	s.sent.Store(&f)
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		s.notifySent()
+	}
+}
+
+// notifySent calls NotifySent's function, once.
+func (s *Session) notifySent() {
+	if s == nil {
+		return
+	}
+	if f := s.sent.Swap(nil); f != nil {
+		(*f)()
+	}
+}
+
+// NeverWait makes Forward wait for no reply (past soonWait): its caller
+// is an event loop serving other clients.
+func (s *Session) NeverWait() {
+	s.mu.Lock()
+	s.queued = true
+	s.mu.Unlock()
 }
 
 // InMulti reports whether a MULTI is open.
@@ -97,6 +136,7 @@ func (s *Session) Close() {
 	pin := s.pin
 	s.pin = nil
 	s.mu.Unlock()
+	s.notifySent()
 	if pin != nil {
 		s.g.unpin(pin, s.tenant.User, s.proto, false)
 	}
@@ -104,15 +144,15 @@ func (s *Session) Close() {
 
 // batch is a run of commands for one connection, written at once.
 type batch struct {
-	c      *conn
-	cmds   [][]string
-	ws     []*waiter
-	inline bool // the client's goroutine may read the replies (conn.send)
+	c    *conn
+	cmds [][]string
+	ws   []*waiter
+	read readBy // who reads the replies (conn.send)
 }
 
 func (b *batch) flush() {
 	if len(b.cmds) > 0 {
-		b.c.send(b.cmds, b.ws, b.inline)
+		b.c.send(b.cmds, b.ws, b.read)
 	}
 	// send copied them: the slices serve the next connection's run.
 	clear(b.cmds) // nor the arguments (they may be big) nor the waiters
@@ -136,7 +176,15 @@ func (s *Session) Forward(proto int, calls [][]string, reply Reply) {
 	// Under load, and for pipelines (whose replies are written as they
 	// come), a reader goroutine per connection reads the replies of many
 	// clients.
-	b := batch{inline: len(calls) == 1 && s.g.o.Poller.Quiet()}
+	b := batch{read: byReader}
+	if len(calls) == 1 && s.g.o.Poller.Quiet() {
+		// An event loop (queued) reads the reply only if it comes soon:
+		// it serves other clients too.
+		b.read = byCaller
+		if s.queued {
+			b.read = byCallerSoon
+		}
+	}
 	// What is sent is gathered in the session's scratch slices (send
 	// copies it), taken for the call: one allocation per run, its waiters.
 	s.mu.Lock()

@@ -52,7 +52,13 @@ func (l guardListener) Accept() (net.Conn, error) {
 			l.reject(c)
 			continue
 		}
-		var nc net.Conn = l.s.opts.Poller.Wrap(c, 0) // polls only while no request is in progress
+		var nc net.Conn
+		if l.tls == nil {
+			nc = l.s.loop.take(c)
+		}
+		if nc == nil {
+			nc = l.s.opts.Poller.Wrap(c, 0) // polls only while no request is in progress
+		}
 		if l.tls != nil {
 			nc = tls.Server(nc, l.tls)
 		}

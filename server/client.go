@@ -42,6 +42,11 @@ type client struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	conn     net.Conn
+	looped   bool // its socket was served by the event loop (loop_linux.go)
+	// handBack, set when the loop hands the socket back at a command it
+	// does not run, lets the loop go on once that command has gone to
+	// its backend connection (or was answered here): see loop_linux.go.
+	handBack atomic.Pointer[func()]
 	stopping <-chan struct{} // closed when the server shuts down (Watch)
 }
 
@@ -119,6 +124,9 @@ func (s *Server) accept(conn redcon.Conn) bool {
 	s.mu.Lock()
 	s.clients[c.id] = c
 	s.mu.Unlock()
+	if g, ok := c.conn.(*guardedConn); ok {
+		s.loopServe(g)
+	}
 	return true
 }
 

@@ -37,6 +37,10 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	clear(c.cmds) // calls keep what they need of them
 	defer clear(c.calls)
 	s.seen(c, calls[len(calls)-1])
+	if f := c.handBack.Swap(nil); f != nil {
+		s.handedBack(c, calls[0], *f)
+		defer (*f)() // a command refused before it was sent (a looped client's forward never waits for replies)
+	}
 	q := c.replies
 	q.hold()
 	forwarded := false

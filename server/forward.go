@@ -21,6 +21,10 @@ type Forwarder interface {
 	// BY and GET), Redis's refusal to a user bound to key patterns; ""
 	// for others.
 	SortDenied(args []string) string
+	// Stateless reports whether a call leaves the session as it was and
+	// needs no connection of its own (not MULTI, Pub/Sub, blocking,
+	// SELECT...): the event loop serves clients that send only these.
+	Stateless(args []string) bool
 	// Stop begins a shutdown: clients blocked in a forwarded blocking
 	// command (BLPOP, ...) are answered "ERR " + reason at once.
 	Stop(reason error)
@@ -42,6 +46,13 @@ type Session interface {
 	Abort()
 	// Subscribed reports whether the client has a subscription.
 	Subscribed() bool
+	// NeverWait makes Forward return without reading replies itself:
+	// its caller is the event loop, which serves other clients.
+	NeverWait()
+	// NotifySent calls f once the next command forwarded on the session
+	// is written to its backend connection or queued there behind
+	// others (or at once when the session has ended).
+	NotifySent(f func())
 	// BlockedOn returns the backend's client id of the connection on
 	// which a blocking command of the client waits, else 0.
 	BlockedOn() int64
@@ -105,6 +116,9 @@ func (s *Server) session(c *client) Session {
 				c.conn.Close()
 			}()
 		})
+		if c.looped {
+			c.fwd.NeverWait()
+		}
 	}
 	return c.fwd
 }
@@ -322,4 +336,19 @@ func (s *Server) ask(c *client, args []string) []byte {
 		return true
 	})
 	return <-got
+}
+
+// handedBack tells the event loop that a client it handed back has
+// reached its first command here: once that command is on its way to
+// Redis (forwarded: written to its backend connection) or is one of
+// rlproxy's own, the loop may run other clients' commands without
+// overtaking it.
+func (s *Server) handedBack(c *client, first []string, done func()) {
+	if s.forwards(c, first) {
+		if fwd := s.session(c); fwd != nil {
+			fwd.NotifySent(done)
+			return
+		}
+	}
+	done()
 }

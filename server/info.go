@@ -206,6 +206,7 @@ type Stats struct {
 	TLSHandshakeFailures int64
 	Panics               int64 // recovered
 	ClientBufferClosed   int64 // clients closed: passthrough_client_buffer
+	LoopCommands         int64 // commands the event loop read and ran (passthrough_loop)
 }
 
 // Stats returns the server's figures now.
@@ -220,5 +221,6 @@ func (s *Server) Stats() Stats {
 		TLSHandshakeFailures: s.tlsFails.count.Load(),
 		Panics:               s.stats.panics.Load(),
 		ClientBufferClosed:   s.stats.bufferClosed.Load(),
+		LoopCommands:         s.stats.loopCommands.Load(),
 	}
 }

@@ -82,6 +82,24 @@ func (q *replies) release() {
 	q.mu.Unlock()
 }
 
+// releaseAsync is release for the event loop, which must never wait on
+// one client: what the socket does not take at once is written by a
+// goroutine, and a client past its limit is closed.
+func (q *replies) releaseAsync() {
+	q.mu.Lock()
+	q.held = false
+	q.mu.Unlock()
+	q.writeAsync()
+}
+
+// backedUp reports whether a write waits for the client's socket to
+// take more.
+func (q *replies) backedUp() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.writing
+}
+
 // add queues a reply decided at once.
 func (q *replies) add(v any, proto int) {
 	q.mu.Lock()
@@ -211,11 +229,20 @@ func (q *replies) writeAsync() {
 	case q.dead:
 		q.out = q.out[:0]
 		return
-	case q.writing && q.limit > 0 && len(q.out)+q.inFlight > q.limit:
+	case q.pastLimit():
 		q.kill()
 		return
 	}
 	q.startWrite()
+	if q.pastLimit() { // what the socket did not take at once is past the limit too
+		q.kill()
+	}
+}
+
+// pastLimit reports whether the client holds more than its limit behind a
+// write that waits (mu held).
+func (q *replies) pastLimit() bool {
+	return q.writing && q.limit > 0 && len(q.out)+q.inFlight > q.limit
 }
 
 // kill drops the replies of a client past its limit and closes it (mu
@@ -344,6 +371,13 @@ func (q *replies) flush() {
 		q.spare = b[:0]
 	}
 	q.changed.Broadcast()
+}
+
+// idle reports whether every reserved slot is filled.
+func (q *replies) idle() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.open == 0
 }
 
 // waitFilled returns once every reserved slot is filled: a client's

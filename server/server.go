@@ -67,6 +67,9 @@ type Options struct {
 	// is closed (passthrough_client_stall): the backend connection it shares
 	// waits for it meanwhile.
 	ForwardStall time.Duration
+	// Loop serves the gateway's plain clients from an event loop
+	// (passthrough_loop; Linux): see loop_linux.go.
+	Loop bool
 	// Poller, when set, is told of every request in progress and lets
 	// client connections poll for the next request before sleeping (see
 	// package busypoll).
@@ -92,6 +95,7 @@ type Server struct {
 	ln      net.Listener
 	tlsSrv  *redcon.Server // nil without TLS
 	tlsLn   net.Listener
+	loop    *clientLoop // nil: every client has a goroutine
 	started time.Time
 	stats   stats
 	initErr error  // of the options given to New
@@ -127,6 +131,7 @@ type stats struct {
 	rejected     atomic.Int64 // connections refused: max_clients
 	acceptErrors atomic.Int64 // accepts failed for want of file descriptors
 	bufferClosed atomic.Int64 // clients closed: passthrough_client_buffer
+	loopCommands atomic.Int64 // commands the event loop read and ran
 }
 
 // New builds a server answering the connection commands and the given
@@ -169,6 +174,9 @@ func (s *Server) Listen() error {
 		}
 	}
 	s.fds.open()
+	if err := s.startLoop(); err != nil {
+		s.opts.Log.Warn("passthrough_loop: no event loop, clients are served by goroutines", "err", err)
+	}
 	return nil
 }
 
@@ -200,6 +208,7 @@ func (s *Server) Serve() error {
 // before Serve, it closes the listeners, so a later Serve returns at once.
 func (s *Server) Close() error {
 	defer s.fds.close()
+	defer s.stopLoop()
 	if s.tlsSrv != nil {
 		if err := s.tlsSrv.Close(); err != nil && s.tlsLn != nil {
 			s.tlsLn.Close()

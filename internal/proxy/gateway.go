@@ -43,8 +43,9 @@ type forwarder struct{ g *passthrough.Gateway }
 func (f forwarder) Open(t server.Tenant, push func([]byte), flush, kill func()) server.Session {
 	return f.g.Open(passthrough.Tenant(t), push, flush, kill)
 }
-func (f forwarder) Keys(args []string) []string { return passthrough.Keys(args) }
-func (f forwarder) Stop(reason error)           { f.g.Stop(reason) }
+func (f forwarder) Keys(args []string) []string  { return passthrough.Keys(args) }
+func (f forwarder) Stop(reason error)            { f.g.Stop(reason) }
+func (f forwarder) Stateless(args []string) bool { return passthrough.Stateless(args) }
 func (f forwarder) SortDenied(args []string) string {
 	if ps := passthrough.SortPatterns(args); len(ps) > 0 {
 		return ps[0].Denied()
@@ -58,6 +59,8 @@ func passthroughStats(g *passthrough.Gateway, srv **server.Server) []stat {
 	return []stat{
 		{"Passthrough", "client_buffer_closed", "passthrough_client_buffer_closed_total", "Clients closed because they held passthrough_client_buffer bytes of replies and stopped reading.", false,
 			func() int64 { return (*srv).Stats().ClientBufferClosed }},
+		{"Passthrough", "loop_commands", "passthrough_loop_commands_total", "Commands the event loop read and ran (passthrough_loop).", false,
+			func() int64 { return (*srv).Stats().LoopCommands }},
 		{"Passthrough", "forwarded", "passthrough_forwarded_total", "Commands forwarded to the backend (passthrough).", false,
 			func() int64 { return g.Stats().Forwarded }},
 		{"Passthrough", "pinned_connections", "passthrough_pinned_connections", "Backend connections pinned to clients now (MULTI, blocking commands, Pub/Sub, SELECT, CLIENT TRACKING).", true,

@@ -100,6 +100,7 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Proxy, er
 		o.Forward = forwarder{gw}
 		o.ForwardBuffer, o.ForwardStall = cfg.PassthroughClientBuffer, cfg.PassthroughClientStall
 		o.Embedded = pool.Embedded()
+		o.Loop = cfg.PassthroughLoop
 	}
 	o.Info = append([]server.InfoSection{{Name: "Backends", Lines: backendInfo(pool.Nodes()), AdminOnly: true}}, infoSections(stats)...)
 	co := commandOptions(cfg)

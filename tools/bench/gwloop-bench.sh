@@ -4,8 +4,13 @@
 # from 50 unpipelined connections (override with FLAGS), interleaved rounds:
 #
 #   twemproxy     Debian's nutcracker (one server connection)
-#   rlproxy       today's gateway (rlproxy --passthrough)
-#   rlproxy-gmp1  the same with GOMAXPROCS=1
+#   rlproxy       the gateway (rlproxy --passthrough): a goroutine per
+#                 client (the default)
+#   rlproxy-loop  the same with passthrough_loop: plain clients served by
+#                 its event loop (server/loop_linux.go)
+#   rlproxy-loop-1p  the loop with GOMAXPROCS=1: one thread runs the loop
+#                 and the backend connections' readers (twemproxy is one
+#                 thread too)
 #   loop          tools/gwloop: one locked thread in epoll_wait serving the
 #                 client sockets and the backend socket
 #   loop-gor      tools/gwloop -backend-goroutine: the loop reads clients,
@@ -63,7 +68,10 @@ p=$(free_port)
 start rlproxy "$p" $(gw "$p")
 p=$(free_port)
 # shellcheck disable=SC2046
-start rlproxy-gmp1 "$p" env GOMAXPROCS=1 $(gw "$p")
+start rlproxy-loop "$p" $(gw "$p") --passthrough-loop
+p=$(free_port)
+# shellcheck disable=SC2046
+start rlproxy-loop-1p "$p" env GOMAXPROCS=1 $(gw "$p") --passthrough-loop
 p=$(free_port)
 start loop "$p" "$work/gwloop" -listen "127.0.0.1:$p" -backend "127.0.0.1:$R"
 p=$(free_port)

@@ -1,0 +1,224 @@
+//go:build linux
+
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/resp"
+)
+
+// loopOn turns the gateway's event loop on (passthrough_loop).
+func loopOn(c *config.Config) { c.PassthroughLoop = true }
+
+// loopCommands reads INFO's count of commands the loop ran.
+func loopCommands(t *testing.T, h *harness) int {
+	t.Helper()
+	n, err := strconv.Atoi(infoField(t, h, "passthrough", "loop_commands"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The loop serves plain commands itself: a pipeline in one write, and a
+// command cut into one-byte writes (its parts come in many reads), are
+// answered in order, and every one of them was run by the loop.
+func TestGatewayLoopPipelinesAndPieces(t *testing.T) {
+	h := start(t, passthroughOn, loopOn)
+	before := loopCommands(t, h)
+	r := h.raw(t)
+	var pipe []byte
+	for i := range 50 {
+		pipe = resp.AppendCommand(pipe, "SET", fmt.Sprint("k", i), fmt.Sprint("v", i))
+		pipe = resp.AppendCommand(pipe, "GET", fmt.Sprint("k", i))
+	}
+	if _, err := r.c.Write(pipe); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if got := r.Line(); got != "+OK" {
+			t.Fatalf("SET %d: %q", i, got)
+		}
+		if got := r.Line() + r.Line(); got != fmt.Sprintf("$%d%s", len(fmt.Sprint("v", i)), fmt.Sprint("v", i)) {
+			t.Fatalf("GET %d: %q", i, got)
+		}
+	}
+	cmd := resp.AppendCommand(nil, "APPEND", "k0", "-tail")
+	for i := range cmd {
+		if _, err := r.c.Write(cmd[i : i+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := r.Line(); got != ":7" {
+		t.Fatalf("APPEND sent a byte at a time: %q", got)
+	}
+	if got := loopCommands(t, h) - before; got != 101 {
+		t.Fatalf("the loop ran %d commands, want 101", got)
+	}
+}
+
+// At a command the loop does not run (MULTI, a big value, RL.*), the
+// connection goes back to its goroutine with what the loop read ahead:
+// the replies keep their order and the state commands work.
+func TestGatewayLoopHandsBack(t *testing.T) {
+	h := start(t, passthroughOn, loopOn)
+	r := h.raw(t)
+	big := strings.Repeat("b", 1<<20) // over what the loop holds of one request
+	var b []byte
+	for _, c := range [][]string{{"SET", "a", "1"}, {"MULTI"}, {"INCR", "a"}, {"EXEC"}, {"SET", "big", big}, {"STRLEN", "big"}, {"GET", "a"}} {
+		b = resp.AppendCommand(b, c...)
+	}
+	if _, err := r.c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"+OK", "+OK", "+QUEUED", "*1", ":2", "+OK", ":1048576", "$1", "2"} {
+		if got := r.Line(); got != want {
+			t.Fatalf("reply %q, want %q", got, want)
+		}
+	}
+}
+
+// A command the loop hands back reaches Redis before the commands other
+// clients send after it, as with Redis alone (Redis's suite, "BRPOPLPUSH
+// with multiple blocked clients"): two clients block in BRPOPLPUSH, a
+// third pushes; the first is woken first (its target is a string:
+// WRONGTYPE), the second gets the element. A push that overtook them
+// would go to the first at once and leave the second blocked.
+func TestGatewayLoopHandBackKeepsOrder(t *testing.T) {
+	h := start(t, passthroughOn, loopOn)
+	r := h.raw(t)
+	r.Steps([][2]string{{"SET target1 nolist", "+OK"}})
+	for range 10 {
+		r.Call("DEL", "blist", "target2")
+		rd1, rd2, w := h.raw(t), h.raw(t), h.raw(t)
+		rd1.Send("BRPOPLPUSH", "blist", "target1", "0")
+		rd2.Send("BRPOPLPUSH", "blist", "target2", "0")
+		w.Send("LPUSH", "blist", "foo")
+		if got := rd1.Line(); !strings.HasPrefix(got, "-WRONGTYPE") {
+			t.Fatalf("first blocked client got %q, want WRONGTYPE", got)
+		}
+		if got := rd2.Line(); got != "$3" {
+			t.Fatalf("second blocked client got %q, want foo", got)
+		}
+		if got := rd2.Line(); got != "foo" {
+			t.Fatalf("second blocked client got %q, want foo", got)
+		}
+		if got := w.Line(); got != ":1" {
+			t.Fatalf("LPUSH answered %q", got)
+		}
+	}
+}
+
+// A client served by the loop that stops reading is closed once it holds
+// passthrough_client_buffer of replies (counted), and the others go on.
+func TestGatewayLoopClientStopsReading(t *testing.T) {
+	h := start(t, passthroughOn, loopOn, func(c *config.Config) {
+		c.PassthroughClientBuffer = 256 << 10
+		c.PassthroughTimeout = time.Minute // the shared connection relays what the client asked before it closes
+	})
+	ctx := context.Background()
+	if err := h.backend.Client(t).Set(ctx, "v", strings.Repeat("x", 16<<10), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := loopCommands(t, h)
+	r := h.raw(t)
+	var b []byte
+	for range 40 { // 40 replies of 16 KiB in one read of the loop
+		b = resp.AppendCommand(b, "GET", "v")
+	}
+	// Written till the proxy closes it: the socket buffers fill first.
+	for i := 0; i < 2000; i++ {
+		_ = r.c.SetWriteDeadline(time.Now().Add(2 * time.Second)) // the proxy stops reading it
+		if _, err := r.c.Write(b); err != nil {
+			break
+		}
+		if infoField(t, h, "passthrough", "client_buffer_closed") != "0" {
+			break
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for infoField(t, h, "passthrough", "client_buffer_closed") == "0" {
+		if time.Now().After(deadline) {
+			t.Fatal("a client that does not read was not closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if loopCommands(t, h) == before {
+		t.Fatal("the loop ran none of its commands")
+	}
+	_ = r.c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.Copy(io.Discard, r.c); err != nil && !isReset(err) {
+		t.Fatalf("the closed client's socket: %v", err)
+	}
+	// The others go on once the shared connection has relayed (and
+	// dropped) the replies the closed client asked for.
+	after := h.client(t, func(o *redis.Options) { o.ReadTimeout = time.Minute })
+	if err := after.Set(ctx, "after", "1", 0).Err(); err != nil {
+		t.Fatalf("SET after: %v", err)
+	}
+}
+
+func isReset(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "reset"))
+}
+
+// A client that leaves while its reply is on the way costs nothing: the
+// proxy forgets it and serves the next ones.
+func TestGatewayLoopDisconnectMidReply(t *testing.T) {
+	h := start(t, passthroughOn, loopOn)
+	ctx := context.Background()
+	if err := h.backend.Client(t).Set(ctx, "v", strings.Repeat("x", 4<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.Do(t, "PING").Equal("PONG")
+	clients := func() string { return infoField(t, h, "clients", "connected_clients") }
+	base := clients()
+	for range 5 {
+		r := h.raw(t)
+		r.Send("GET", "v")
+		buf := make([]byte, 1000)
+		if _, err := io.ReadFull(r.c, buf); err != nil {
+			t.Fatal(err)
+		}
+		r.c.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for clients() != base {
+		if time.Now().After(deadline) {
+			t.Fatalf("connected_clients %s, want %s: the clients that left were not forgotten", clients(), base)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r := h.raw(t)
+	if got := r.Call("STRLEN", "v"); got != ":4194304" {
+		t.Fatalf("STRLEN after: %q", got)
+	}
+}
+
+// With a password, the loop runs AUTH itself and refuses what comes
+// before it, as the goroutine path does.
+func TestGatewayLoopAuth(t *testing.T) {
+	h := start(t, passthroughOn, loopOn, func(c *config.Config) { c.RequirePass = "pw" })
+	before := loopCommands(t, h)
+	r := h.raw(t)
+	r.Steps([][2]string{
+		{"GET k", "-NOAUTH Authentication required."},
+		{"AUTH wrong", "-WRONGPASS invalid username-password pair or user is disabled."},
+		{"AUTH pw", "+OK"},
+		{"SET k 1", "+OK"},
+		{"GET k", "$1"},
+	})
+	if got := loopCommands(t, h) - before; got != 5 {
+		t.Fatalf("the loop ran %d commands, want 5", got)
+	}
+}

@@ -1,0 +1,519 @@
+//go:build linux
+
+package server
+
+import (
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/rlproxy/rlproxy/internal/evloop"
+	"golang.org/x/sys/unix"
+)
+
+// The event loop (passthrough_loop) reads the sockets of the gateway's
+// plain clients from one goroutine over an epoll set (package evloop): no
+// goroutine wakes per request, no read finds nothing. It runs what
+// forwards through the shared backend connections (GET, SET, ...) and
+// the handshake (AUTH, HELLO, CLIENT SETNAME, PING, ECHO), all through
+// the same code as the goroutine path (forward, call, the reply queue).
+// At the first command it does not run (MULTI, SUBSCRIBE, BLPOP, RL.*,
+// an inline or malformed command, a request over loopMaxRequest), or
+// when the client does not take its replies as fast as they come, the
+// socket goes back, for good, to its goroutine (redcon's, which waits in
+// Read from the start) with the bytes the loop read ahead: the guard and
+// redcon then judge them as if they had just come.
+
+// loopMaxRequest is the most the loop holds of a request not yet whole;
+// a bigger one (a big SET) goes to the goroutine path, which streams
+// big arguments (bigarg.go).
+const loopMaxRequest = 64 << 10
+
+// handBackHold is the most the loop waits for a command it handed back
+// to reach its backend connection before it serves other clients again.
+const handBackHold = time.Second
+
+// clientLoop is the server's event loop.
+type clientLoop struct {
+	s     *Server
+	loop  *evloop.Loop
+	buf   []byte     // the loop's read buffer
+	calls [][]string // run's plain commands, reused
+}
+
+func (s *Server) startLoop() error {
+	if !s.opts.Loop || s.opts.Forward == nil {
+		return nil
+	}
+	l, err := evloop.Start()
+	if err != nil {
+		return err
+	}
+	s.loop = &clientLoop{s: s, loop: l, buf: make([]byte, 64<<10)}
+	return nil
+}
+
+func (s *Server) stopLoop() {
+	if s.loop != nil {
+		s.loop.loop.Close()
+	}
+}
+
+// take makes c a socket of the loop, or returns nil (it stays c): under
+// TLS, with an idle timeout (the loop keeps no clock), or when the loop
+// cannot take it.
+func (l *clientLoop) take(c net.Conn) net.Conn {
+	if l == nil || l.s.limits().Timeout > 0 {
+		return nil
+	}
+	local, remote := c.LocalAddr(), c.RemoteAddr()
+	fd, err := evloop.Take(c)
+	if err != nil {
+		return nil
+	}
+	return &loopConn{l: l, fd: fd, local: local, remote: remote, back: make(chan []byte, 1)}
+}
+
+// loopServe starts serving a client whose socket the loop took, once its
+// state exists (accept).
+func (s *Server) loopServe(g *guardedConn) {
+	lc, ok := g.Conn.(*loopConn)
+	if !ok {
+		return
+	}
+	g.client.looped = true
+	lc.g = g
+	if lc.l.loop.Add(lc.fd, lc) != nil {
+		lc.back <- nil // to its goroutine at once
+	}
+}
+
+// loopConn is a client socket the loop serves; after the hand-back, the
+// net.Conn it became. Only the loop's goroutine closes the descriptor while
+// the loop serves it (so its number is not reused under a read);
+// writers (the reply queue) write it under mu.
+type loopConn struct {
+	l             *clientLoop
+	g             *guardedConn
+	fd            int
+	local, remote net.Addr
+	back          chan []byte // the hand-back: the bytes read ahead; closed: the client left
+	pending       []byte      // the loop's: the start of a request not whole yet
+
+	mu      sync.Mutex
+	real    net.Conn // after the hand-back
+	ahead   []byte   // read ahead by the loop, for Read after the hand-back
+	ended   bool     // fd is closed (or became real's)
+	closing bool     // Close was called
+}
+
+// Ready reads what the socket has (one read: the loop calls again while
+// more is there) and runs the whole commands in it.
+func (lc *loopConn) Ready() {
+	l := lc.l
+	if lc.g.client.replies.backedUp() {
+		// It does not read its replies: its goroutine reads no more
+		// requests until they are written (or it is closed past
+		// passthrough_client_buffer), as every client's does.
+		l.loop.Remove(lc.fd)
+		lc.back <- lc.pending
+		return
+	}
+	n, err := unix.Read(lc.fd, l.buf)
+	if n <= 0 {
+		if err == unix.EAGAIN || err == unix.EINTR {
+			return
+		}
+		lc.end()
+		return
+	}
+	// The calls' arguments are views of b (as of redcon's buffer): a new
+	// one for every read.
+	b := make([]byte, len(lc.pending)+n)
+	copy(b[copy(b, lc.pending):], l.buf[:n])
+	lc.pending = nil
+	used, why := l.run(lc.g.client, b)
+	if rest := b[used:]; why != stopNone || len(rest) > loopMaxRequest {
+		l.loop.Remove(lc.fd)
+		if why != stopCommand {
+			lc.back <- rest
+			return
+		}
+		// Hold the other clients until the command handed back is on
+		// its way to Redis: Redis runs commands in the order they came
+		// (a BRPOPLPUSH then another client's LPUSH), and the goroutine
+		// taking this socket back, then pinning a backend connection,
+		// would otherwise come after commands the loop reads meanwhile.
+		// The goroutine says so once the command is written to its
+		// backend connection, refused, or one of rlproxy's own (or the
+		// client is closed); the bound is for a goroutine that does not
+		// run, not for a command that waits.
+		sent := make(chan struct{})
+		f := sync.OnceFunc(func() { close(sent) })
+		lc.g.client.handBack.Store(&f)
+		lc.back <- rest
+		t := time.NewTimer(handBackHold)
+		select {
+		case <-sent:
+		case <-t.C:
+		}
+		t.Stop()
+	} else {
+		lc.pending = rest
+	}
+}
+
+// end closes the socket of a client that left (the loop's goroutine).
+func (lc *loopConn) end() {
+	lc.mu.Lock()
+	lc.ended = true
+	lc.l.loop.Done(lc.fd)
+	lc.mu.Unlock()
+	close(lc.back)
+}
+
+// stop says why run stopped before the end of what was read.
+type stop int
+
+const (
+	stopNone    stop = iota // it ran every whole command (the rest is a part of one)
+	stopBytes               // bytes the loop does not parse (inline, malformed, a big argument): the guard and redcon judge them
+	stopCommand             // a whole command the loop does not run: its goroutine runs it
+)
+
+// run runs the whole commands at the start of b and returns how many
+// bytes they took, and why it stopped short (the plain commands before
+// that are forwarded first).
+func (l *clientLoop) run(c *client, b []byte) (used int, why stop) {
+	s, q := l.s, c.replies
+	s.drain.busy.Add(1)
+	defer s.drain.busy.Add(-1)
+	q.hold() // the replies of what this read brought go out together
+	defer q.releaseAsync()
+	defer l.send(c)
+	for used < len(b) {
+		args, n, whole := loopCommand(b[used:])
+		switch {
+		case !whole:
+			return used, stopBytes
+		case n == 0:
+			return used, stopNone // the rest comes with a later read
+		case !c.authed && !preAuthFits(args):
+			return used, stopBytes // the guard refuses it
+		case s.forwards(c, args) && s.opts.Forward.Stateless(args):
+			l.calls = append(l.calls, args)
+		case s.loopOwns(c, args):
+			// As on the goroutine path, it runs once the commands before
+			// it are answered: here only when they are at once (the
+			// handshake, before any forwarded command).
+			l.send(c)
+			if !q.idle() {
+				return used, stopCommand
+			}
+			s.stats.loopCommands.Add(1)
+			s.seen(c, args)
+			s.opts.Poller.Begin()
+			if v := s.call(c, args); !c.muted(args) {
+				q.add(v, c.proto)
+			}
+			s.opts.Poller.End()
+		default:
+			return used, stopCommand
+		}
+		used += n
+	}
+	return used, stopNone
+}
+
+// send forwards the plain commands run gathered (l.calls, reused: the
+// forward keeps each command's arguments, not the list).
+func (l *clientLoop) send(c *client) {
+	if len(l.calls) == 0 {
+		return
+	}
+	l.s.stats.loopCommands.Add(int64(len(l.calls)))
+	l.s.seen(c, l.calls[len(l.calls)-1])
+	l.s.forward(c, l.calls)
+	clear(l.calls)
+	l.calls = l.calls[:0]
+}
+
+// loopOwns reports whether the loop runs one of rlproxy's own commands
+// itself: the handshake real clients send, whose handlers never wait.
+func (s *Server) loopOwns(c *client, args []string) bool {
+	cmd := s.table.Lookup(args[0])
+	if cmd == nil {
+		return false
+	}
+	switch cmd.Name {
+	case "AUTH", "PING", "ECHO":
+		return true
+	case "HELLO": // it waits for the backend's version the first time
+		return s.backendVersion.Load() != nil || s.forwardable(c, []string{"INFO"}) != nil
+	case "CLIENT":
+		if len(args) < 2 {
+			return false
+		}
+		sub := cmd.SubCommand(args[1])
+		return sub != nil && (sub.Name == "SETNAME" || sub.Name == "GETNAME" || sub.Name == "ID" || sub.Name == "SETINFO")
+	}
+	return false
+}
+
+// preAuthFits reports whether a command sent before AUTH is within
+// Redis's limits then (10 arguments of 16 KiB); others go to the guard,
+// which answers its protocol error.
+func preAuthFits(args []string) bool {
+	if len(args) > 10 {
+		return false
+	}
+	for _, a := range args {
+		if len(a) > 16<<10 {
+			return false
+		}
+	}
+	return true
+}
+
+// loopCommand parses the RESP command at the start of b into views of
+// b. n is its length, 0 when it is not whole yet; whole is false when
+// the loop does not take it (inline, empty, malformed, an argument over
+// loopMaxRequest): the guard and redcon judge it.
+func loopCommand(b []byte) (args []string, n int, whole bool) {
+	if len(b) == 0 {
+		return nil, 0, true
+	}
+	if b[0] != '*' {
+		return nil, 0, false
+	}
+	count, i, ok := loopNumber(b, 1)
+	if !ok || (i > 0 && (count < 1 || count > maxArgs)) {
+		return nil, 0, false
+	}
+	if i == 0 {
+		return nil, 0, true
+	}
+	args = make([]string, 0, min(count, 16)) // a count is only a claim till its arguments come
+	for range count {
+		if i >= len(b) {
+			return nil, 0, true
+		}
+		if b[i] != '$' {
+			return nil, 0, false
+		}
+		size, j, ok := loopNumber(b, i+1)
+		if !ok || size > loopMaxRequest {
+			return nil, 0, false // a big argument: the guard takes it out (bigarg.go)
+		}
+		if j == 0 || int64(len(b)-j) < size+2 {
+			return nil, 0, true
+		}
+		end := j + int(size)
+		if b[end] != '\r' || b[end+1] != '\n' {
+			return nil, 0, false
+		}
+		args = append(args, unsafe.String(unsafe.SliceData(b[j:]), int(size)))
+		i = end + 2
+	}
+	return args, i, true
+}
+
+// loopNumber reads the decimal number at b[i:] and its CRLF. next is the
+// index after the CRLF, 0 when they are not all there yet; ok is false
+// for anything but digits (a sign, a letter, too many digits).
+func loopNumber(b []byte, i int) (v int64, next int, ok bool) {
+	for start := i; i < len(b); i++ {
+		switch c := b[i]; {
+		case c >= '0' && c <= '9' && i-start < 12:
+			v = v*10 + int64(c-'0')
+		case c == '\r' && i > start:
+			if i+1 == len(b) {
+				return 0, 0, true
+			}
+			return v, i + 2, b[i+1] == '\n'
+		default:
+			return 0, 0, false
+		}
+	}
+	return 0, 0, true
+}
+
+// Read is the goroutine's (redcon's): it waits for the hand-back, then
+// gives the bytes the loop read ahead, then reads the socket.
+func (lc *loopConn) Read(p []byte) (int, error) {
+	lc.mu.Lock()
+	if lc.real == nil {
+		lc.mu.Unlock()
+		if err := lc.takeBack(); err != nil {
+			return 0, err
+		}
+		lc.mu.Lock()
+	}
+	if len(lc.ahead) > 0 {
+		n := copy(p, lc.ahead)
+		lc.ahead = lc.ahead[n:]
+		lc.mu.Unlock()
+		return n, nil
+	}
+	real := lc.real
+	lc.mu.Unlock()
+	return real.Read(p)
+}
+
+// takeBack waits until the loop hands the socket back (or the client
+// left) and makes it a net.Conn of Go's poller again.
+func (lc *loopConn) takeBack() error {
+	rest, ok := <-lc.back
+	if !ok {
+		return io.EOF
+	}
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	lc.ended = true
+	if lc.closing {
+		unix.Close(lc.fd)
+		return net.ErrClosed
+	}
+	nc, err := evloop.Give(lc.fd)
+	if err != nil {
+		return err
+	}
+	lc.real, lc.ahead = lc.l.s.opts.Poller.Wrap(nc, 0), rest
+	return nil
+}
+
+// Write writes b whole; while the loop serves the socket, it waits for
+// room with poll (the reply queue writes from a goroutine of its own
+// when the client is slow, and closes it past passthrough_client_buffer).
+func (lc *loopConn) Write(b []byte) (int, error) {
+	written := 0
+	for {
+		lc.mu.Lock()
+		if real := lc.real; real != nil {
+			lc.mu.Unlock()
+			n, err := real.Write(b[written:])
+			return written + n, err
+		}
+		if lc.ended || lc.closing {
+			lc.mu.Unlock()
+			return written, net.ErrClosed
+		}
+		n, err := unix.Write(lc.fd, b[written:])
+		lc.mu.Unlock()
+		if n > 0 {
+			written += n
+		}
+		if written == len(b) {
+			return written, nil
+		}
+		switch err {
+		case nil, unix.EINTR:
+		case unix.EAGAIN:
+			// Bounded, so that a Close meanwhile is seen (and a number
+			// closed and reused under it costs one needless wake-up).
+			_, _ = unix.Poll([]unix.PollFd{{Fd: int32(lc.fd), Events: unix.POLLOUT}}, 100)
+		default:
+			return written, err
+		}
+	}
+}
+
+// Close shuts the socket down; the loop sees the end and closes it (or,
+// handed back, the Read that takes it).
+func (lc *loopConn) Close() error {
+	if lc.g != nil {
+		if f := lc.g.client.handBack.Swap(nil); f != nil {
+			(*f)() // it will run no command: the loop need not wait for it
+		}
+	}
+	lc.mu.Lock()
+	if real := lc.real; real != nil {
+		lc.mu.Unlock()
+		return real.Close()
+	}
+	if !lc.closing && !lc.ended {
+		_ = unix.Shutdown(lc.fd, unix.SHUT_RDWR)
+	}
+	lc.closing = true
+	lc.mu.Unlock()
+	return nil
+}
+
+func (lc *loopConn) LocalAddr() net.Addr  { return lc.local }
+func (lc *loopConn) RemoteAddr() net.Addr { return lc.remote }
+
+// The deadlines hold after the hand-back; the loop serves no client with
+// an idle timeout, and lingering after a protocol error happens after it.
+func (lc *loopConn) SetDeadline(t time.Time) error { return lc.deadline(net.Conn.SetDeadline, t) }
+func (lc *loopConn) SetReadDeadline(t time.Time) error {
+	return lc.deadline(net.Conn.SetReadDeadline, t)
+}
+func (lc *loopConn) SetWriteDeadline(t time.Time) error {
+	return lc.deadline(net.Conn.SetWriteDeadline, t)
+}
+
+func (lc *loopConn) deadline(set func(net.Conn, time.Time) error, t time.Time) error {
+	lc.mu.Lock()
+	real := lc.real
+	lc.mu.Unlock()
+	if real == nil {
+		return nil
+	}
+	return set(real, t)
+}
+
+// CloseWrite half-closes (the guard's lingering close).
+func (lc *loopConn) CloseWrite() error {
+	lc.mu.Lock()
+	real := lc.real
+	lc.mu.Unlock()
+	if cw, ok := real.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return net.ErrClosed
+}
+
+// SyscallConn is the reply queue's way to write without waiting
+// (tryWrite) and the waiters' way to see a client leave (peerGone).
+func (lc *loopConn) SyscallConn() (syscall.RawConn, error) { return loopRaw{lc}, nil }
+
+// loopRaw runs a function on the socket's descriptor, under mu (or on
+// the net.Conn's after the hand-back).
+type loopRaw struct{ lc *loopConn }
+
+func (r loopRaw) do(f func(fd uintptr), via func(syscall.RawConn) error) error {
+	lc := r.lc
+	lc.mu.Lock()
+	real := lc.real
+	if real == nil {
+		defer lc.mu.Unlock()
+		if lc.ended || lc.closing {
+			return net.ErrClosed
+		}
+		f(uintptr(lc.fd))
+		return nil
+	}
+	lc.mu.Unlock()
+	sc, ok := real.(syscall.Conn)
+	if !ok {
+		return net.ErrClosed
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return via(rc)
+}
+
+func (r loopRaw) Control(f func(fd uintptr)) error {
+	return r.do(f, func(rc syscall.RawConn) error { return rc.Control(f) })
+}
+func (r loopRaw) Read(f func(fd uintptr) bool) error {
+	return r.do(func(fd uintptr) { f(fd) }, func(rc syscall.RawConn) error { return rc.Read(f) })
+}
+func (r loopRaw) Write(f func(fd uintptr) bool) error {
+	return r.do(func(fd uintptr) { f(fd) }, func(rc syscall.RawConn) error { return rc.Write(f) })
+}
