@@ -2,7 +2,6 @@ package limiter_test
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,19 +39,9 @@ func BenchmarkAlsoScriptCost(b *testing.B) {
 			single := pipelined(b, rdb, scripts.Limiter(c.Algo), names[0].Keys, limiter.AcquireArgs("e1", []limiter.Ask{{Permits: 1}}))
 			ak, aa := limiter.AlsoArgs(names, [][]limiter.AlsoMember{{{Name: 0, Permits: 1}, {Name: 1, Permits: 1}}})
 			also := pipelined(b, rdb, scripts.Also(), ak, aa)
-			var cpu1, cpu2, lua1, lua2 []float64
-			for range 15 {
-				c, l := scriptCost(b, rdb, single, b.N)
-				cpu1, lua1 = append(cpu1, c), append(lua1, l)
-				c, l = scriptCost(b, rdb, also, b.N)
-				cpu2, lua2 = append(cpu2, c), append(lua2, l)
-			}
-			b.ReportMetric(median(lua1), "single-script-µs/call")
-			b.ReportMetric(median(lua2), "also2-script-µs/call")
-			b.ReportMetric(median(lua2)/median(lua1), "script-ratio")
-			b.ReportMetric(median(cpu1), "single-cpu-µs/call")
-			b.ReportMetric(median(cpu2), "also2-cpu-µs/call")
-			b.ReportMetric(median(cpu2)/median(cpu1), "cpu-ratio")
+			redistest.ReportAlsoCost(b, 15,
+				func() (float64, float64) { return scriptCost(b, rdb, single, b.N) },
+				func() (float64, float64) { return scriptCost(b, rdb, also, b.N) })
 		})
 	}
 }
@@ -115,10 +104,4 @@ func redisCost(b *testing.B, rdb *redis.Client) (cpuUs, scriptUs float64) {
 		}
 	}
 	return cpuUs, scriptUs
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

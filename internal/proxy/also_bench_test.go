@@ -2,12 +2,12 @@ package proxy
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlproxy/rlproxy/internal/redistest"
 )
 
 // BenchmarkAlsoRedisCost measures what Redis spends per call on an
@@ -36,19 +36,9 @@ func BenchmarkAlsoRedisCost(b *testing.B) {
 				also := []any{"RL.ACQUIRE", kind.a, "ALSO", kind.b}
 				h.Do(b, single...).OK() // scripts loaded
 				h.Do(b, also...).OK()
-				var cpu1, cpu2, lua1, lua2 []float64
-				for range 9 {
-					c, l := costPerCall(b, h, backend, single, b.N)
-					cpu1, lua1 = append(cpu1, c), append(lua1, l)
-					c, l = costPerCall(b, h, backend, also, b.N)
-					cpu2, lua2 = append(cpu2, c), append(lua2, l)
-				}
-				b.ReportMetric(median(lua1), "single-script-µs/call")
-				b.ReportMetric(median(lua2), "also2-script-µs/call")
-				b.ReportMetric(median(lua2)/median(lua1), "script-ratio")
-				b.ReportMetric(median(cpu1), "single-cpu-µs/call")
-				b.ReportMetric(median(cpu2), "also2-cpu-µs/call")
-				b.ReportMetric(median(cpu2)/median(cpu1), "cpu-ratio")
+				redistest.ReportAlsoCost(b, 9,
+					func() (float64, float64) { return costPerCall(b, h, backend, single, b.N) },
+					func() (float64, float64) { return costPerCall(b, h, backend, also, b.N) })
 			})
 		}
 	}
@@ -99,10 +89,4 @@ func parseStat(b *testing.B, line, v string) float64 {
 		b.Fatalf("INFO %s: %v", line, err)
 	}
 	return x
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
