@@ -36,10 +36,10 @@ type Session struct {
 	selected     bool                       // SELECTed another database: pinned for life
 	subs         map[string]map[string]bool // subscriptions by kind ("subscribe", ...)
 	closed       bool
-	// queued: Forward's caller is an event loop serving other clients:
-	// it reads a lone reply at light load only if it comes within
-	// soonWait (conn.send), else the connections' readers do.
-	queued bool
+	// fromLoop: Forward's caller is an event loop serving other
+	// clients: it reads a lone reply at light load only if it comes
+	// within soonWait (conn.send), else the connections' readers do.
+	fromLoop bool
 
 	scratch struct { // Forward's, reused from one call to the next
 		cmds [][]string
@@ -84,11 +84,11 @@ func (s *Session) notifySent() {
 	}
 }
 
-// NeverWait makes Forward wait for no reply (past soonWait): its caller
-// is an event loop serving other clients.
-func (s *Session) NeverWait() {
+// FromLoop says Forward's caller is an event loop serving other
+// clients: it waits for a reply no longer than soonWait.
+func (s *Session) FromLoop() {
 	s.mu.Lock()
-	s.queued = true
+	s.fromLoop = true
 	s.mu.Unlock()
 }
 
@@ -178,10 +178,10 @@ func (s *Session) Forward(proto int, calls [][]string, reply Reply) {
 	// clients.
 	b := batch{read: byReader}
 	if len(calls) == 1 && s.g.o.Poller.Quiet() {
-		// An event loop (queued) reads the reply only if it comes soon:
-		// it serves other clients too.
+		// An event loop reads the reply only if it comes soon: it serves
+		// other clients too.
 		b.read = byCaller
-		if s.queued {
+		if s.fromLoop {
 			b.read = byCallerSoon
 		}
 	}

@@ -46,9 +46,10 @@ type Session interface {
 	Abort()
 	// Subscribed reports whether the client has a subscription.
 	Subscribed() bool
-	// NeverWait makes Forward return without reading replies itself:
-	// its caller is the event loop, which serves other clients.
-	NeverWait()
+	// FromLoop says Forward's caller is the event loop, which serves
+	// other clients: it waits for a reply no longer than a round trip
+	// to a Redis nearby, then leaves it to the connection's reader.
+	FromLoop()
 	// NotifySent calls f once the next command forwarded on the session
 	// is written to its backend connection or queued there behind
 	// others (or at once when the session has ended).
@@ -117,7 +118,7 @@ func (s *Server) session(c *client) Session {
 			}()
 		})
 		if c.looped {
-			c.fwd.NeverWait()
+			c.fwd.FromLoop()
 		}
 	}
 	return c.fwd

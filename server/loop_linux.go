@@ -25,7 +25,9 @@ import (
 // when the client does not take its replies as fast as they come, the
 // socket goes back, for good, to its goroutine (redcon's, which waits in
 // Read from the start) with the bytes the loop read ahead: the guard and
-// redcon then judge them as if they had just come.
+// redcon then judge them as if they had just come. At a whole command the
+// loop serves no one else until that command is on its way to Redis
+// (handBackCommand), so arrival order holds across clients.
 
 // loopMaxRequest is the most the loop holds of a request not yet whole;
 // a bigger one (a big SET) goes to the goroutine path, which streams
@@ -142,27 +144,32 @@ func (lc *loopConn) Ready() {
 			lc.back <- rest
 			return
 		}
-		// Hold the other clients until the command handed back is on
-		// its way to Redis: Redis runs commands in the order they came
-		// (a BRPOPLPUSH then another client's LPUSH), and the goroutine
-		// taking this socket back, then pinning a backend connection,
-		// would otherwise come after commands the loop reads meanwhile.
-		// The goroutine says so once the command is written to its
-		// backend connection, refused, or one of rlproxy's own (or the
-		// client is closed); the bound is for a goroutine that does not
-		// run, not for a command that waits.
-		sent := make(chan struct{})
-		f := sync.OnceFunc(func() { close(sent) })
-		lc.g.client.handBack.Store(&f)
-		lc.back <- rest
-		t := time.NewTimer(handBackHold)
-		select {
-		case <-sent:
-		case <-t.C:
-		}
-		t.Stop()
+		lc.handBackCommand(rest)
 	} else {
 		lc.pending = rest
+	}
+}
+
+// handBackCommand gives the socket back to its goroutine at a whole
+// command the loop does not run (rest starts with it) and holds the
+// other clients until that command is on its way to Redis: Redis runs
+// commands in the order they came (a BRPOPLPUSH, then another client's
+// LPUSH), and the goroutine taking the socket back, then pinning a
+// backend connection, would otherwise come after commands the loop
+// reads meanwhile. The goroutine says so once the command is written to
+// its backend connection, refused, or one of rlproxy's own (or the
+// client is closed); the bound is for a goroutine that does not run,
+// not for a command that waits.
+func (lc *loopConn) handBackCommand(rest []byte) {
+	sent := make(chan struct{})
+	f := sync.OnceFunc(func() { close(sent) })
+	lc.g.client.handBack.Store(&f)
+	lc.back <- rest
+	t := time.NewTimer(handBackHold)
+	defer t.Stop()
+	select {
+	case <-sent:
+	case <-t.C:
 	}
 }
 
