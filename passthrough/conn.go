@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rlproxy/rlproxy/internal/busypoll"
+	"github.com/rlproxy/rlproxy/internal/evloop"
 	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
@@ -86,6 +87,16 @@ type conn struct {
 	peek    *peeker
 	reading bool
 
+	// With the event loop on (passthrough_loop), a shared connection is
+	// read by the loop (Ready) on the goroutine that reads the clients:
+	// under load no goroutine wakes another between a command and its
+	// reply. A reply bigger than the read buffer is read by a goroutine,
+	// which then gives the connection back (inLoop false meanwhile).
+	loop   *evloop.Loop
+	lr     *loopReader
+	fd     int
+	inLoop bool // mu
+
 	// The watchdog's view (its goroutine only): the head waiter it saw
 	// last, and when it first saw it there.
 	watched   *waiter
@@ -101,6 +112,7 @@ type dialOptions struct {
 	tls      *tls.Config
 	timeout  time.Duration
 	poller   *busypoll.Poller
+	loop     *evloop.Loop // reads a lazy connection (not under TLS) when set
 }
 
 // dial connects and prepares a connection for protocol proto: HELLO 3
@@ -112,7 +124,10 @@ func dial(ctx context.Context, o dialOptions, proto int, lazy bool) (*conn, erro
 	if err != nil {
 		return nil, err
 	}
-	nc = o.poller.Wrap(nc, 1) // polls for the reply of the one request in progress
+	looped := lazy && o.tls == nil && o.loop != nil
+	if !looped {
+		nc = o.poller.Wrap(nc, 1) // polls for the reply of the one request in progress
+	}
 	if o.tls != nil {
 		tc := tls.Client(nc, o.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
@@ -167,6 +182,13 @@ func dial(ctx context.Context, o dialOptions, proto int, lazy bool) (*conn, erro
 		_ = nc.SetDeadline(time.Time{})
 	}
 	c := &conn{nc: nc, addr: o.addr, r: r, id: id}
+	if looped {
+		if err := c.readInLoop(o.loop); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		return c, nil
+	}
 	if sc, ok := nc.(syscall.Conn); ok && lazy && canPeek {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.peek, c.lazy = newPeeker(rc), true
@@ -547,7 +569,12 @@ func (c *conn) end(err error) {
 	c.err = err
 	ws := c.waiters
 	c.waiters = nil
+	inLoop := c.inLoop
+	c.inLoop = false
 	c.mu.Unlock()
+	if inLoop {
+		c.loop.Remove(c.fd) // before its number can be another socket's
+	}
 	c.nc.Close()
 	var got flushing
 	for _, w := range ws {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
+	"github.com/rlproxy/rlproxy/internal/evloop"
 )
 
 // Options configure a Gateway.
@@ -107,6 +108,8 @@ type Gateway struct {
 	stop   chan struct{}  // ends the watchdog (Close)
 
 	stopping atomic.Pointer[error] // Stop's reason: blocking commands are refused
+
+	loop atomic.Pointer[evloop.Loop] // reads the shared connections (ReadInLoop)
 }
 
 // maxIdle is how many freed pinned connections are kept for reuse.
@@ -257,6 +260,13 @@ func (g *Gateway) Close() {
 
 var errClosed = errors.New("passthrough is closed")
 
+// ReadInLoop makes the event loop that serves plain clients (the
+// server's, passthrough_loop) the reader of the shared connections
+// dialed from now on: under load, the replies of the commands it
+// forwards are read and written back on its goroutine, with no other
+// goroutine woken per round trip.
+func (g *Gateway) ReadInLoop(l *evloop.Loop) { g.loop.Store(l) }
+
 // sharedConnAt returns a tenant's shared connection to the node at addr,
 // dialing it anew when it broke. There is one per node, tenant and
 // protocol: every client's commands then share one backend write and
@@ -307,6 +317,9 @@ func (g *Gateway) dialAt(addr string, t Tenant, proto int, lazy bool) (*conn, er
 	}
 	if g.cluster != nil {
 		o.db = 0 // a cluster has database 0 only
+	}
+	if lazy {
+		o.loop = g.loop.Load()
 	}
 	c, err := dial(context.Background(), o, proto, lazy)
 	if err == nil {

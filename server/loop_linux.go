@@ -55,6 +55,9 @@ func (s *Server) startLoop() error {
 		return err
 	}
 	s.loop = &clientLoop{s: s, loop: l, buf: make([]byte, 64<<10)}
+	if r, ok := s.opts.Forward.(interface{ ReadInLoop(*evloop.Loop) }); ok {
+		r.ReadInLoop(l) // the shared backend connections' replies too
+	}
 	return nil
 }
 
@@ -258,8 +261,11 @@ func (s *Server) loopOwns(c *client, args []string) bool {
 	switch cmd.Name {
 	case "AUTH", "PING", "ECHO":
 		return true
-	case "HELLO": // it waits for the backend's version the first time
-		return s.backendVersion.Load() != nil || s.forwardable(c, []string{"INFO"}) != nil
+	case "HELLO":
+		// It asks the backend's version the first time, when the client
+		// may reach Redis (after its AUTH argument, if any): a wait for a
+		// reply only the loop itself would read.
+		return s.backendVersion.Load() != nil || len(args) <= 2 && s.forwardable(c, []string{"INFO"}) != nil
 	case "CLIENT":
 		if len(args) < 2 {
 			return false

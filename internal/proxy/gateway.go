@@ -6,6 +6,7 @@ import (
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/config"
 	"github.com/rlproxy/rlproxy/internal/busypoll"
+	"github.com/rlproxy/rlproxy/internal/evloop"
 	"github.com/rlproxy/rlproxy/passthrough"
 	"github.com/rlproxy/rlproxy/server"
 )
@@ -46,6 +47,7 @@ func (f forwarder) Open(t server.Tenant, push func([]byte), flush, kill func()) 
 func (f forwarder) Keys(args []string) []string  { return passthrough.Keys(args) }
 func (f forwarder) Stop(reason error)            { f.g.Stop(reason) }
 func (f forwarder) Stateless(args []string) bool { return passthrough.Stateless(args) }
+func (f forwarder) ReadInLoop(l *evloop.Loop)    { f.g.ReadInLoop(l) }
 func (f forwarder) SortDenied(args []string) string {
 	if ps := passthrough.SortPatterns(args); len(ps) > 0 {
 		return ps[0].Denied()
