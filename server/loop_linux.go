@@ -20,6 +20,8 @@ import (
 // forwards through the shared backend connections (GET, SET, ...) and
 // the handshake (AUTH, HELLO, CLIENT SETNAME, PING, ECHO), all through
 // the same code as the goroutine path (forward, call, the reply queue).
+// It also reads the shared backend connections (Gateway.ReadInLoop), so
+// that under load a command and its reply cost no goroutine's wake-up.
 // At the first command it does not run (MULTI, SUBSCRIBE, BLPOP, RL.*,
 // an inline or malformed command, a request over loopMaxRequest), or
 // when the client does not take its replies as fast as they come, the

@@ -10,10 +10,13 @@
 // those dominate a forwarded command's CPU. The loop makes one
 // level-triggered read per ready socket and calls its owner there.
 //
-// A socket is taken out of Go's poller (Take) while the loop serves it
-// and given back as a net.Conn (Give) when its owner needs a goroutine
-// again. Only the loop's goroutine closes a served descriptor (Done), so
-// its number is never reused while the loop may still read it.
+// A client socket is taken out of Go's poller (Take) while the loop
+// serves it and given back as a net.Conn (Give) when its owner needs a
+// goroutine again. Only the loop's goroutine closes a served descriptor
+// (Done), so its number is never reused while the loop may still read
+// it. A socket that stays in Go's poller (a backend connection, read
+// through its syscall.RawConn) may be served too: its owner removes it
+// before closing it.
 package evloop
 
 import (
@@ -102,8 +105,8 @@ func (l *Loop) Add(fd int, h Handler) error {
 	return err
 }
 
-// Remove stops serving fd and leaves it open (to be given back). Only
-// the loop's goroutine (a Ready call) may call it.
+// Remove stops serving fd and leaves it open (to be given back). Any
+// goroutine may call it; a Ready of fd under way may still end after it.
 func (l *Loop) Remove(fd int) {
 	l.mu.Lock()
 	delete(l.handlers, int32(fd))
