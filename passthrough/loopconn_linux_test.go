@@ -14,7 +14,7 @@ import (
 // loopGateway is a gateway whose shared connections an event loop reads.
 func loopGateway(t *testing.T, srv *redistest.Server) *Gateway {
 	t.Helper()
-	l, err := evloop.Start()
+	l, err := evloop.Start(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,11 @@ func (s *Server) startLoop() error {
 	if !s.opts.Loop || s.opts.Forward == nil {
 		return nil
 	}
-	l, err := evloop.Start()
+	var spin evloop.Spinner // polls at light load, as the goroutine path's reads do
+	if sp := s.opts.Poller.Spinner(); sp != nil {
+		spin = sp
+	}
+	l, err := evloop.Start(spin)
 	if err != nil {
 		return err
 	}

@@ -210,3 +210,58 @@ func read(fd int, b []byte) (int, error) {
 		}
 	}
 }
+
+// Spinner polls for an event loop (package evloop) as a connection's
+// Read does for its goroutine: before the loop parks, it checks the
+// loop's sockets again and again for up to the budget, while the process
+// is quiet (at most one request in progress). After a wait that outlasted
+// the budget (an idle proxy) it stops until a wait is short again.
+// Only the loop's goroutine calls it.
+type Spinner struct {
+	p          *Poller
+	cold       bool
+	declinedAt time.Time
+}
+
+// Spinner returns the loop's spinner (nil: never polls).
+func (p *Poller) Spinner() *Spinner {
+	if p == nil {
+		return nil
+	}
+	return &Spinner{p: p}
+}
+
+// Spin calls ready (a check that never blocks) until it reports true or
+// the budget is spent, and reports whether it did.
+func (s *Spinner) Spin(ready func() bool) bool {
+	if s == nil || s.p.inProgress.Load() > 1 {
+		return false // under load: not even a clock read
+	}
+	if s.cold {
+		// The time since the last decline is about how long the loop
+		// then waited: short again, it polls again next time.
+		if time.Since(s.declinedAt) < s.p.budget {
+			s.cold = false
+		}
+		s.declinedAt = time.Now()
+		return false
+	}
+	if !s.p.acquire(1) {
+		return false
+	}
+	begin := time.Now()
+	defer s.p.polling.Store(false)
+	s.p.polled.Add(1)
+	for i := 0; ; i++ {
+		if ready() {
+			s.p.caught.Add(1)
+			return true
+		}
+		yield()
+		if i%8 == 7 && (time.Since(begin) > s.p.budget || s.p.inProgress.Load() > 1) {
+			s.cold = time.Since(begin) > s.p.budget
+			s.declinedAt = time.Now()
+			return false
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -204,4 +205,52 @@ func TestOffWithoutBudgetOrSecondCPU(t *testing.T) {
 	}
 	peer.Write([]byte("x"))
 	readString(t, c)
+}
+
+// An event loop's spinner polls its check while the process is quiet
+// and catches what comes within the budget; it does not poll under
+// load, and after a wait past the budget it stops until a wait is short.
+func TestSpinner(t *testing.T) {
+	p := needPoller(t, time.Second)
+	s := p.Spinner()
+	var came atomic.Bool
+	go func() {
+		time.Sleep(time.Millisecond)
+		came.Store(true)
+	}()
+	if !s.Spin(came.Load) {
+		t.Fatal("the spinner gave up before the event, within a budget of 1s")
+	}
+	if polled, caught := p.Stats(); polled != 1 || caught != 1 || p.polling.Load() {
+		t.Fatalf("stats: polled %d caught %d, slot held %v; want 1 1 false", polled, caught, p.polling.Load())
+	}
+	p.Begin()
+	p.Begin()
+	if s.Spin(func() bool { t.Fatal("checked with two requests in progress"); return true }) {
+		t.Fatal("spun with two requests in progress")
+	}
+	p.End()
+	p.End()
+
+	p = needPoller(t, 100*time.Microsecond)
+	s = p.Spinner()
+	if s.Spin(func() bool { return false }) || !s.cold {
+		t.Fatal("a wait past the budget should leave the spinner cold")
+	}
+	time.Sleep(10 * time.Millisecond) // a long wait: it stays cold
+	never := func() bool { t.Fatal("a cold spinner checked"); return true }
+	if s.Spin(never) || !s.cold {
+		t.Fatal("a cold spinner after a long wait should stay cold")
+	}
+	// A wait under the budget warms it up (a loaded machine may stretch
+	// one: a few tries).
+	for try := 1; s.cold; try++ {
+		if try == 20 {
+			t.Fatal("short waits should end the cold")
+		}
+		s.Spin(never)
+	}
+	if !s.Spin(func() bool { return true }) {
+		t.Fatal("a warm spinner did not catch a ready check")
+	}
 }

@@ -35,8 +35,17 @@ type Handler interface {
 	Ready()
 }
 
+// Spinner lets the loop poll its sockets for a while before it parks
+// (package busypoll: at light load, a wake-up costs as much as the round
+// trip to Redis). Spin calls ready until it reports true or it gives up.
+type Spinner interface {
+	Spin(ready func() bool) bool
+}
+
 // Loop is one goroutine, an epoll set and the sockets it serves.
 type Loop struct {
+	spin Spinner // nil: park at once
+
 	ep   int
 	file *os.File        // ep, in Go's poller: the goroutine parks there while nothing is ready
 	raw  syscall.RawConn // file's
@@ -50,8 +59,9 @@ type Loop struct {
 // Supported reports whether this platform has the loop.
 const Supported = true
 
-// Start creates a loop and its goroutine.
-func Start() (*Loop, error) {
+// Start creates a loop and its goroutine; spin, when not nil, polls
+// before the loop parks.
+func Start(spin Spinner) (*Loop, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -84,7 +94,7 @@ func Start() (*Loop, error) {
 		unix.Close(wake)
 		return nil, err
 	}
-	l := &Loop{ep: ep, file: file, raw: raw, wake: wake, handlers: map[int32]Handler{}}
+	l := &Loop{spin: spin, ep: ep, file: file, raw: raw, wake: wake, handlers: map[int32]Handler{}}
 	go l.run()
 	return l, nil
 }
@@ -138,11 +148,15 @@ func (l *Loop) run() {
 	var w waiting
 	w.events = make([]unix.EpollEvent, 128)
 	poll := w.poll // made once: a closure per wait would be an allocation per wake-up
+	ready := func() bool { return poll(uintptr(l.ep)) }
 	for {
-		// What is ready now, without blocking; else park in Go's poller
-		// until the set is readable (it has a ready socket).
-		if err := l.raw.Read(poll); err != nil {
-			w.err = err
+		// What is ready now, without blocking; else (after polling a
+		// while, at light load) park in Go's poller until the set is
+		// readable (it has a ready socket).
+		if l.spin == nil || !l.spin.Spin(ready) {
+			if err := l.raw.Read(poll); err != nil {
+				w.err = err
+			}
 		}
 		if w.err != nil {
 			panic("evloop: epoll_wait: " + w.err.Error()) // only EBADF/EFAULT/EINVAL: a bug

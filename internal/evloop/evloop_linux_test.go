@@ -54,7 +54,7 @@ func next(t *testing.T, got chan []byte) []byte {
 // socket is no longer served; Close calls the sockets still served a last
 // time, shut down, so their owners see the end.
 func TestLoopServesReadySockets(t *testing.T) {
-	l, err := Start()
+	l, err := Start(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

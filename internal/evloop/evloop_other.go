@@ -21,8 +21,13 @@ const Supported = false
 
 var errUnsupported = errors.New("evloop: only on Linux")
 
+// Spinner lets the loop poll before it parks.
+type Spinner interface {
+	Spin(ready func() bool) bool
+}
+
 // Start fails: there is no loop on this platform.
-func Start() (*Loop, error) { return nil, errUnsupported }
+func Start(Spinner) (*Loop, error) { return nil, errUnsupported }
 
 func (l *Loop) Add(fd int, h Handler) error { return errUnsupported }
 func (l *Loop) Remove(fd int)               {}
