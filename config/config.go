@@ -285,11 +285,11 @@ type Config struct {
 	// > 0. Defaults to 5s.
 	PassthroughClientStall time.Duration `mapstructure:"passthrough_client_stall"`
 	// (Optional) Serve the gateway's plain clients (forwarded commands on
-	// the shared connections, and the handshake) from one event loop
-	// (a goroutine over an epoll set) instead of a goroutine each: less
-	// CPU per command with GOMAXPROCS=1, at some light-load latency.
-	// Linux only; clients under TLS or with a timeout keep their
-	// goroutine. Defaults to false (docs/gateway.md).
+	// the shared connections, and the handshake) and read the shared
+	// backend connections from one event loop (a goroutine over an
+	// epoll set) instead of a goroutine each: no goroutine's wake-up per
+	// command. Linux only; clients under TLS or with a timeout keep
+	// their goroutine. Defaults to true (docs/gateway.md).
 	PassthroughLoop bool `mapstructure:"passthrough_loop"`
 }
 
@@ -342,6 +342,7 @@ func Default() Config {
 		PassthroughTimeout:          5 * time.Second,
 		PassthroughClientBuffer:     32 << 20,
 		PassthroughClientStall:      5 * time.Second,
+		PassthroughLoop:             true,
 	}
 }
 

@@ -306,7 +306,7 @@ func newFlagSet() *pflag.FlagSet {
 	fs.Int(flagName("passthrough_max_pinned_per_user"), d.PassthroughMaxPinnedPerUser, "most pinned backend connections one user holds (0: a tenth of passthrough_max_pinned)")
 	fs.Int(flagName("passthrough_client_buffer"), d.PassthroughClientBuffer, "most `bytes` of forwarded replies queued for a client that does not read them (0: no bound)")
 	fs.Duration(flagName("passthrough_client_stall"), d.PassthroughClientStall, "how long a client holding passthrough_client_buffer of a big reply may take none of it before it is closed (> 0)")
-	fs.Bool(flagName("passthrough_loop"), d.PassthroughLoop, "serve the gateway's plain clients from one event loop over epoll (Linux; false: a goroutine each)")
+	fs.Bool(flagName("passthrough_loop"), d.PassthroughLoop, "serve the gateway's plain clients and read its shared backend connections from one event loop over epoll (Linux; false: a goroutine each)")
 	fs.BoolP("help", "h", false, "print this help and exit")
 	fs.Bool("version", false, "print the version and exit")
 	return fs
