@@ -594,7 +594,8 @@ func (c *conn) broken() bool {
 	c.mu.Lock()
 	// Checked with mu held: no command can be sent meanwhile, so any
 	// byte there is one nobody asked for.
-	gone := c.lazy && !c.reading && c.err == nil && c.peek.peerClosed()
+	idle := !c.reading || c.loop != nil && len(c.waiters) == 0
+	gone := c.lazy && idle && c.peek != nil && c.err == nil && c.peek.peerClosed()
 	err := c.err
 	c.mu.Unlock()
 	if gone {

@@ -32,6 +32,12 @@ func (c *conn) readInLoop(l *evloop.Loop) error {
 		return err
 	}
 	c.loop, c.lr, c.lazy, c.reading = l, newLoopReader(c.nc, rc), true, true
+	if canPeek {
+		// Redis may close it while idle (its timeout, CLIENT KILL, a
+		// restart) just before a command comes, ahead of the loop's
+		// seeing it: broken checks, as for a connection nobody reads.
+		c.peek = newPeeker(rc)
+	}
 	c.r = bufio.NewReaderSize(c.lr, 32<<10)
 	return c.enterLoop()
 }

@@ -68,16 +68,22 @@ func TestBusyPoll(t *testing.T) {
 	}
 }
 
-// Through the gateway, a lone command's reply is read by the client's own
-// goroutine, polling for it (no reader goroutine to wake), and then the
-// client's next command is polled for. A shared connection has no reader
-// while idle; one Redis closed meanwhile is found so before use, and the
-// next command goes on a new one.
+// Through the gateway, a lone command's reply is polled for (no reader
+// goroutine to wake), and then the client's next command: by the
+// client's own goroutine, or by the event loop over all its sockets. No
+// goroutine reads an idle shared connection; one Redis closed meanwhile
+// is found so before use, and the next command goes on a new one.
 func TestBusyPollForwarded(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("busy polling needs two CPUs")
 	}
-	h := start(t, passthroughOn, func(c *config.Config) { c.BusyPoll = 10 * time.Millisecond })
+	for _, loop := range []bool{false, true} {
+		t.Run(fmt.Sprint("loop=", loop), func(t *testing.T) { testBusyPollForwarded(t, loop) })
+	}
+}
+
+func testBusyPollForwarded(t *testing.T, loop bool) {
+	h := start(t, passthroughOn, func(c *config.Config) { c.BusyPoll, c.PassthroughLoop = 10*time.Millisecond, loop })
 	h.Do(t, "SET", "bpf", "v").Equal("OK")
 	before := busyPollStats(t, h)["busy_poll_reads"]
 	const lone = 20
