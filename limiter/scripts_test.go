@@ -8,6 +8,7 @@ package limiter_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -1144,6 +1145,76 @@ func TestRunDecidesLikeSeparateCalls(t *testing.T) {
 						if b.RetryAfterMs <= 0 || b.RetryAfterUs <= (b.RetryAfterMs-1)*1000 || b.RetryAfterUs > b.RetryAfterMs*1000 {
 							a.Errorf("batch ask %d: retry_after %d ms, %d µs: want > 0 and the µs rounding up to the ms", i, b.RetryAfterMs, b.RetryAfterUs)
 						}
+					}
+				}
+			})
+		})
+	}
+}
+
+// A sliding window decides a run of identical asks in closed form
+// (try_run) weighing the previous window's count as each separate call
+// does: with a previous window written into the state, a batch grants
+// what separate calls grant, with the same remaining, and as many as the
+// weighted estimate leaves room for.
+func TestSlidingWindowRunWeighsThePreviousWindow(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	const asks, prev = 300, 60
+	conf := slidingWindow(100, 24*time.Hour)
+	iv := conf.Interval.Microseconds()
+	// grants is how many asks of n fit at tm: estimate + n <= rate.
+	grants := func(tm time.Time, n int64) int {
+		start := tm.UnixMicro() / iv * iv
+		w := 1 - float64(tm.UnixMicro()-start)/float64(iv)
+		return int(math.Floor((100-prev*w)/float64(n) + 1e-9))
+	}
+	for _, permits := range []int64{1, 7} {
+		t.Run(fmt.Sprint(permits, " permits each"), func(t *testing.T) {
+			t.Parallel()
+			run := make([]limiter.Ask, asks)
+			for i := range run {
+				run[i] = ask(permits)
+			}
+			retried(t, func(a *attempt) {
+				begin := time.Now()
+				before := r.clock(t)
+				start := before.UnixMicro() / iv * iv
+				var ls []*lim
+				for _, how := range []string{"batch", "separate"} {
+					l := r.create(t, fmt.Sprintf("%s/%d/%s", t.Name(), a.n, how), conf)
+					state := fmt.Sprintf("%d:%d:0", start, prev) // the previous window counted prev
+					if err := r.rdb.Set(t.Context(), l.state()[0], state, 48*time.Hour).Err(); err != nil {
+						t.Fatal(err)
+					}
+					ls = append(ls, l)
+				}
+				batch := ls[0].acquire(run...)
+				separate := make([]limiter.Result, asks)
+				for i := range separate {
+					separate[i] = ls[1].take(permits)
+				}
+				after := r.clock(t)
+				if !sameWindow(before, after, conf.Interval) {
+					a.voidf("a window turned while the test ran")
+				}
+				if grants(before, permits) != grants(after, permits) {
+					a.voidf("the weighted estimate crossed a whole permit while the test ran")
+				}
+				if !a.inTime("the calls", time.Since(begin), 10*time.Second) {
+					return
+				}
+				want := grants(before, permits)
+				if got := granted(batch); got != want {
+					a.Errorf("batch: %d granted, want %d (the previous window's %d weighed)", got, want, prev)
+				}
+				if got := granted(separate); got != want {
+					a.Errorf("separate calls: %d granted, want %d", got, want)
+				}
+				for i := range batch {
+					b, s := batch[i], separate[i]
+					if b.Granted != s.Granted || b.Remaining != s.Remaining {
+						a.Errorf("ask %d: batch %+v, separate call %+v: want the same decision and remaining", i, b, s)
 					}
 				}
 			})
