@@ -99,23 +99,59 @@ func (c *conn) Ready() {
 // reads it (streamed, stream.go) and what is buffered after it, then
 // gives the connection back to the loop.
 func (c *conn) readBig() {
+	c.leaveLoop()
+	go c.readAside(closed)
+}
+
+// closed is a channel closed from the start.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Aside is the loop's, when it is held (evloop.Hold: a client's command
+// that waits for its earlier replies before it is sent): the replies
+// awaited here are read by a goroutine until over is closed.
+func (c *conn) Aside(over <-chan struct{}) {
+	c.mu.Lock()
+	awaited := c.inLoop && len(c.waiters) > 0
+	c.mu.Unlock()
+	if awaited {
+		c.leaveLoop()
+		go c.readAside(over)
+	}
+}
+
+// leaveLoop takes the connection out of the loop's set, for a goroutine
+// to read it (the loop's goroutine).
+func (c *conn) leaveLoop() {
 	c.mu.Lock()
 	c.inLoop = false
 	c.mu.Unlock()
 	c.loop.Remove(c.fd)
 	c.lr.nowait.Store(false)
-	go func() {
-		var got flushing
-		for c.readOne(&got) {
-			if c.r.Buffered() == 0 {
-				got.flush()
-				if c.writeQueued() {
-					if err := c.enterLoop(); err != nil {
-						c.fail(err)
-					}
-				}
-				return
+}
+
+// readAside reads replies on a goroutine of its own, and gives the
+// connection back to the loop when it has handed out all it read and
+// over is closed or no reply is awaited.
+func (c *conn) readAside(over <-chan struct{}) {
+	var got flushing
+	for c.readOne(&got) {
+		if c.r.Buffered() > 0 {
+			continue
+		}
+		got.flush()
+		if !c.writeQueued() {
+			return
+		}
+		select {
+		case <-over:
+		default:
+			if !c.idle() {
+				continue
 			}
 		}
-	}()
+		if err := c.enterLoop(); err != nil {
+			c.fail(err)
+		}
+		return
+	}
 }

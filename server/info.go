@@ -207,6 +207,7 @@ type Stats struct {
 	Panics               int64 // recovered
 	ClientBufferClosed   int64 // clients closed: passthrough_client_buffer
 	LoopCommands         int64 // commands the event loop read and ran (passthrough_loop)
+	LoopHoldsExpired     int64 // hand-backs the loop stopped waiting for (passthrough_loop)
 }
 
 // Stats returns the server's figures now.
@@ -222,5 +223,6 @@ func (s *Server) Stats() Stats {
 		Panics:               s.stats.panics.Load(),
 		ClientBufferClosed:   s.stats.bufferClosed.Load(),
 		LoopCommands:         s.stats.loopCommands.Load(),
+		LoopHoldsExpired:     s.stats.loopHoldsExpired.Load(),
 	}
 }

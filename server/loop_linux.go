@@ -174,11 +174,8 @@ func (lc *loopConn) handBackCommand(rest []byte) {
 	f := sync.OnceFunc(func() { close(sent) })
 	lc.g.client.handBack.Store(&f)
 	lc.back <- rest
-	t := time.NewTimer(handBackHold)
-	defer t.Stop()
-	select {
-	case <-sent:
-	case <-t.C:
+	if !lc.l.loop.Hold(sent, handBackHold) {
+		lc.l.s.stats.loopHoldsExpired.Add(1)
 	}
 }
 

@@ -132,6 +132,9 @@ type stats struct {
 	acceptErrors atomic.Int64 // accepts failed for want of file descriptors
 	bufferClosed atomic.Int64 // clients closed: passthrough_client_buffer
 	loopCommands atomic.Int64 // commands the event loop read and ran
+	// hand-backs whose command was not on its way to Redis within
+	// handBackHold (the loop then served others again)
+	loopHoldsExpired atomic.Int64
 }
 
 // New builds a server answering the connection commands and the given

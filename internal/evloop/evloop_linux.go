@@ -25,6 +25,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +34,16 @@ import (
 // serves is readable or hung up. It must not block.
 type Handler interface {
 	Ready()
+}
+
+// Asider is a Handler that can be read by a goroutine of its own while
+// the loop is held (Hold): a backend connection whose replies the
+// holder may be waiting for. Aside is called on the loop's goroutine;
+// the handler takes itself out of the loop and comes back (Add) once
+// over is closed.
+type Asider interface {
+	Handler
+	Aside(over <-chan struct{})
 }
 
 // Spinner lets the loop poll its sockets for a while before it parks
@@ -53,6 +64,7 @@ type Loop struct {
 
 	mu       sync.Mutex
 	handlers map[int32]Handler
+	asiders  map[int32]Asider // the handlers that are Asiders
 	closed   bool
 }
 
@@ -94,7 +106,7 @@ func Start(spin Spinner) (*Loop, error) {
 		unix.Close(wake)
 		return nil, err
 	}
-	l := &Loop{spin: spin, ep: ep, file: file, raw: raw, wake: wake, handlers: map[int32]Handler{}}
+	l := &Loop{spin: spin, ep: ep, file: file, raw: raw, wake: wake, handlers: map[int32]Handler{}, asiders: map[int32]Asider{}}
 	go l.run()
 	return l, nil
 }
@@ -108,9 +120,13 @@ func (l *Loop) Add(fd int, h Handler) error {
 		return errors.New("evloop: closed")
 	}
 	l.handlers[int32(fd)] = h
+	if a, ok := h.(Asider); ok {
+		l.asiders[int32(fd)] = a
+	}
 	err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(fd)})
 	if err != nil {
 		delete(l.handlers, int32(fd))
+		delete(l.asiders, int32(fd))
 	}
 	return err
 }
@@ -120,8 +136,35 @@ func (l *Loop) Add(fd int, h Handler) error {
 func (l *Loop) Remove(fd int) {
 	l.mu.Lock()
 	delete(l.handlers, int32(fd))
+	delete(l.asiders, int32(fd))
 	l.mu.Unlock()
 	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, fd, nil)
+}
+
+// Hold keeps the loop from serving anyone (it is called from a Ready)
+// until done is closed or max has passed, and reports whether done was.
+// Meanwhile the Asiders are read by goroutines of their own: what the
+// holder waits for may depend on a reply one of them brings.
+func (l *Loop) Hold(done <-chan struct{}, max time.Duration) bool {
+	l.mu.Lock()
+	aside := make([]Asider, 0, len(l.asiders))
+	for _, a := range l.asiders {
+		aside = append(aside, a)
+	}
+	l.mu.Unlock()
+	over := make(chan struct{})
+	defer close(over)
+	for _, a := range aside {
+		a.Aside(over)
+	}
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // Done stops serving fd and closes it. Only the loop's goroutine may call it.

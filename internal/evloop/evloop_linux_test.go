@@ -107,3 +107,53 @@ func TestLoopServesReadySockets(t *testing.T) {
 type readyFunc func()
 
 func (f readyFunc) Ready() { f() }
+
+// aside is an Asider that reports each Aside and when its over closes.
+type aside struct {
+	reader
+	asked chan (<-chan struct{})
+}
+
+func (a *aside) Aside(over <-chan struct{}) { a.asked <- over }
+
+// While a Ready holds the loop, the Asiders it serves are asked to read
+// aside, and their over closes when the hold ends: at done, or at the
+// bound (then Hold reports false). Plain handlers are not asked.
+func TestHoldAsksAsiders(t *testing.T) {
+	l, err := Start(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fd, _ := pair(t)
+	a := &aside{reader: reader{fd: fd, got: make(chan []byte, 1)}, asked: make(chan (<-chan struct{}), 1)}
+	plain, _ := pair(t)
+	if err := l.Add(fd, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Add(plain, &reader{fd: plain, got: make(chan []byte, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	close(done)
+	if !l.Hold(done, time.Hour) {
+		t.Fatal("Hold with done closed reported the bound")
+	}
+	over := <-a.asked
+	select {
+	case <-over:
+	default:
+		t.Fatal("over still open after Hold returned")
+	}
+	if l.Hold(make(chan struct{}), time.Millisecond) {
+		t.Fatal("Hold past its bound reported done")
+	}
+	<-a.asked
+	l.Remove(fd)
+	l.Hold(done, time.Hour)
+	select {
+	case <-a.asked:
+		t.Fatal("a removed Asider was asked")
+	default:
+	}
+}

@@ -5,6 +5,7 @@ package evloop
 import (
 	"errors"
 	"net"
+	"time"
 )
 
 // Handler is what the loop calls when a socket it serves is readable.
@@ -33,6 +34,15 @@ func (l *Loop) Add(fd int, h Handler) error { return errUnsupported }
 func (l *Loop) Remove(fd int)               {}
 func (l *Loop) Done(fd int)                 {}
 func (l *Loop) Close()                      {}
+
+// Asider is a Handler that can be read aside while the loop is held.
+type Asider interface {
+	Handler
+	Aside(over <-chan struct{})
+}
+
+// Hold has no loop to hold here.
+func (l *Loop) Hold(done <-chan struct{}, max time.Duration) bool { return false }
 
 // Take fails: there is no loop on this platform.
 func Take(c net.Conn) (int, error) { return -1, errUnsupported }

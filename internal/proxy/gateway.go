@@ -63,6 +63,8 @@ func passthroughStats(g *passthrough.Gateway, srv **server.Server) []stat {
 			func() int64 { return (*srv).Stats().ClientBufferClosed }},
 		{"Passthrough", "loop_commands", "passthrough_loop_commands_total", "Commands the event loop read and ran (passthrough_loop).", false,
 			func() int64 { return (*srv).Stats().LoopCommands }},
+		{"Passthrough", "loop_holds_expired", "passthrough_loop_holds_expired_total", "Clients the event loop handed back whose command was not on its way to Redis within 1s: the loop served others again, so that command may come after theirs.", false,
+			func() int64 { return (*srv).Stats().LoopHoldsExpired }},
 		{"Passthrough", "forwarded", "passthrough_forwarded_total", "Commands forwarded to the backend (passthrough).", false,
 			func() int64 { return g.Stats().Forwarded }},
 		{"Passthrough", "pinned_connections", "passthrough_pinned_connections", "Backend connections pinned to clients now (MULTI, blocking commands, Pub/Sub, SELECT, CLIENT TRACKING).", true,

@@ -69,7 +69,10 @@ func TestGatewayLoopPipelinesAndPieces(t *testing.T) {
 
 // At a command the loop does not run (MULTI, a big value, RL.*), the
 // connection goes back to its goroutine with what the loop read ahead:
-// the replies keep their order and the state commands work.
+// the replies keep their order and the state commands work. MULTI waits
+// for the reply of the SET before it (which the loop reads from the
+// shared connection) while the loop holds the others: the loop has that
+// connection read aside meanwhile, so no hold runs out.
 func TestGatewayLoopHandsBack(t *testing.T) {
 	h := start(t, passthroughOn, loopOn)
 	r := h.raw(t)
@@ -85,6 +88,9 @@ func TestGatewayLoopHandsBack(t *testing.T) {
 		if got := r.Line(); got != want {
 			t.Fatalf("reply %q, want %q", got, want)
 		}
+	}
+	if got := infoField(t, h, "passthrough", "loop_holds_expired"); got != "0" {
+		t.Fatalf("loop_holds_expired %s: the loop waited out a hand-back", got)
 	}
 }
 
