@@ -4,13 +4,13 @@
 # from 50 unpipelined connections (override with FLAGS), interleaved rounds:
 #
 #   twemproxy     Debian's nutcracker (one server connection)
-#   rlproxy       the gateway (rlproxy --passthrough): a goroutine per
-#                 client (the default)
-#   rlproxy-loop  the same with passthrough_loop: plain clients served by
-#                 its event loop (server/loop_linux.go)
-#   rlproxy-loop-1p  the loop with GOMAXPROCS=1: one thread runs the loop
-#                 and the backend connections' readers (twemproxy is one
-#                 thread too)
+#   rlproxy       the gateway (rlproxy --passthrough) as it ships: plain
+#                 clients and the shared backend connections served by
+#                 its event loop (passthrough_loop, server/loop_linux.go)
+#   rlproxy-goroutines  passthrough_loop=false: a goroutine per client and
+#                 a reader goroutine per backend connection
+#   rlproxy-1p    the default with GOMAXPROCS=1 (twemproxy is one thread
+#                 too; Go sets it so in a one-CPU container)
 #   loop          tools/gwloop: one locked thread in epoll_wait serving the
 #                 client sockets and the backend socket
 #   loop-gor      tools/gwloop -backend-goroutine: the loop reads clients,
@@ -68,10 +68,10 @@ p=$(free_port)
 start rlproxy "$p" $(gw "$p")
 p=$(free_port)
 # shellcheck disable=SC2046
-start rlproxy-loop "$p" $(gw "$p") --passthrough-loop
+start rlproxy-goroutines "$p" $(gw "$p") --passthrough-loop=false
 p=$(free_port)
 # shellcheck disable=SC2046
-start rlproxy-loop-1p "$p" env GOMAXPROCS=1 $(gw "$p") --passthrough-loop
+start rlproxy-1p "$p" env GOMAXPROCS=1 $(gw "$p")
 p=$(free_port)
 start loop "$p" "$work/gwloop" -listen "127.0.0.1:$p" -backend "127.0.0.1:$R"
 p=$(free_port)
@@ -96,12 +96,12 @@ done
 say "$me: load after $(cut -d' ' -f1-3 /proc/loadavg)"
 
 echo
-printf '%-15s %-4s %10s %8s %11s %8s %8s %11s\n' proxy test "req/s" "x tw" "x tw range" "CPU us" "x tw" "x tw range"
+printf '%-18s %-4s %10s %8s %11s %8s %8s %11s\n' proxy test "req/s" "x tw" "x tw range" "CPU us" "x tw" "x tw range"
 awk '
 function median(s,   a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }; return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
 function range(s,   a, n, i, lo, hi) { n = split(s, a, " "); lo = hi = a[1]; for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }; return sprintf("%.2f-%.2f", lo, hi) }
 { k = $1 " " $2; keys[k] = 1; rps[k] = rps[k] " " $4; us[k] = us[k] " " $5; R[$1, $2, $3] = $4; U[$1, $2, $3] = $5; if ($3 > rounds) rounds = $3 }
 END { for (k in keys) { split(k, kk, " "); tw = "twemproxy " kk[2]; rr = ru = ""
 	for (i = 1; i <= rounds; i++) { rr = rr " " R[kk[1], kk[2], i] / R["twemproxy", kk[2], i]; ru = ru " " U[kk[1], kk[2], i] / U["twemproxy", kk[2], i] }
-	printf "%-15s %-4s %10.0f %8.2f %11s %8.2f %8.2f %11s\n", kk[1], kk[2], median(rps[k]), median(rps[k]) / median(rps[tw]), range(rr),
+	printf "%-18s %-4s %10.0f %8.2f %11s %8.2f %8.2f %11s\n", kk[1], kk[2], median(rps[k]), median(rps[k]) / median(rps[tw]), range(rr),
 		median(us[k]), median(us[k]) / median(us[tw]), range(ru) } }' "$work/results" | sort -k2,2 -k1,1
