@@ -61,8 +61,11 @@ func (s *Server) startLoop() error {
 		return err
 	}
 	s.loop = &clientLoop{s: s, loop: l, buf: make([]byte, 64<<10)}
-	if r, ok := s.opts.Forward.(interface{ ReadInLoop(*evloop.Loop) }); ok {
-		r.ReadInLoop(l) // the shared backend connections' replies too
+	// The shared backend connections' replies too, unless the loop
+	// serves no client (timeout set: see take): then the clients'
+	// goroutines read them, polling at light load, as without a loop.
+	if r, ok := s.opts.Forward.(interface{ ReadInLoop(*evloop.Loop) }); ok && s.limits().Timeout == 0 {
+		r.ReadInLoop(l)
 	}
 	return nil
 }
