@@ -10,6 +10,7 @@ import (
 
 	"github.com/rlproxy/rlproxy/backend"
 	"github.com/rlproxy/rlproxy/internal/keyslot"
+	"github.com/rlproxy/rlproxy/internal/oneline"
 	"github.com/rlproxy/rlproxy/limiter"
 )
 
@@ -83,14 +84,14 @@ func (TooManyNamesError) Error() string {
 type NameTwiceError struct{ Name string }
 
 func (e NameTwiceError) Error() string {
-	return fmt.Sprintf("limiter '%s' is named twice in one RL.ACQUIRE", e.Name)
+	return fmt.Sprintf("limiter %s is named twice in one RL.ACQUIRE", oneline.Quote(e.Name))
 }
 
 // AlsoConcurrencyError: a multi-name acquire names a concurrency limiter.
 type AlsoConcurrencyError struct{ Name string }
 
 func (e AlsoConcurrencyError) Error() string {
-	return fmt.Sprintf("ALSO does not apply to a concurrency limiter '%s'", e.Name)
+	return fmt.Sprintf("ALSO does not apply to a concurrency limiter %s", oneline.Quote(e.Name))
 }
 
 // CheckNames checks a multi-name acquire's names as a parser can: how
