@@ -169,9 +169,9 @@ func (s *Session) follow(w *waiter, f []byte) bool {
 		return false
 	}
 	if ask {
-		c.send([][]string{{"ASKING"}, w.cmd}, []*waiter{{s: s}, w}, byReader)
+		c.send([][]string{{"ASKING"}, w.cmd}, []*waiter{{s: s}, w}, false)
 	} else {
-		c.send([][]string{w.cmd}, []*waiter{w}, byReader)
+		c.send([][]string{w.cmd}, []*waiter{w}, false)
 	}
 	return true
 }

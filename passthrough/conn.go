@@ -219,7 +219,7 @@ func userOrDefault(u string) string {
 // read the replies itself when nobody reads the connection: one
 // goroutine then polls for the reply and, right after, for the client's
 // next request, with no wake-up of another goroutine in between.
-func (c *conn) send(cmds [][]string, ws []*waiter, read readBy) {
+func (c *conn) send(cmds [][]string, ws []*waiter, inline bool) {
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -260,14 +260,8 @@ func (c *conn) send(cmds [][]string, ws []*waiter, read readBy) {
 	c.mu.Unlock()
 	notifySent(ws)
 	switch {
-	case start && read == byCaller:
+	case start && inline:
 		c.readInline(len(ws))
-	case start && read == byCallerSoon:
-		if c.replyWithin(soonWait) {
-			c.readInline(len(ws))
-		} else {
-			go c.read()
-		}
 	case start:
 		go c.read()
 	}
@@ -279,40 +273,6 @@ func notifySent(ws []*waiter) {
 	for _, w := range ws {
 		if w.s != nil && w.s.sent.Load() != nil {
 			w.s.notifySent()
-		}
-	}
-}
-
-// readBy says who reads the replies of commands send writes to a lazy
-// connection nobody reads.
-type readBy int
-
-const (
-	byReader     readBy = iota // a reader goroutine
-	byCaller                   // the caller (a client's goroutine, at light load): readInline
-	byCallerSoon               // the caller if they come within soonWait, else a reader goroutine
-)
-
-// soonWait is how long an event loop's send waits for a lone command's
-// reply (byCallerSoon) before it leaves it to a reader goroutine and goes
-// back to its other clients: a round trip to a Redis nearby, not a slow
-// command's run.
-const soonWait = 200 * time.Microsecond
-
-// replyWithin reports whether a whole reply is read (buffered) within d.
-// Only for a lazy connection, never under TLS: a TLS read that times out
-// leaves the connection unusable.
-func (c *conn) replyWithin(d time.Duration) bool {
-	_ = c.nc.SetReadDeadline(time.Now().Add(d))
-	defer func() { _ = c.nc.SetReadDeadline(time.Time{}) }()
-	for {
-		if b, _ := c.r.Peek(c.r.Buffered()); len(b) > 0 && resp.FrameIn(b, maxFrameBytes) > 0 {
-			return true
-		}
-		// The timeout's error is the bufio.Reader's to return once, here:
-		// the reader goroutine that takes over does not see it.
-		if _, err := c.r.Peek(c.r.Buffered() + 1); err != nil {
-			return false
 		}
 	}
 }

@@ -37,8 +37,8 @@ type Session struct {
 	subs         map[string]map[string]bool // subscriptions by kind ("subscribe", ...)
 	closed       bool
 	// fromLoop: Forward's caller is an event loop serving other
-	// clients: it reads a lone reply at light load only if it comes
-	// within soonWait (conn.send), else the connections' readers do.
+	// clients, which must not wait: it never reads replies itself (the
+	// loop reads the shared connections as it reads its clients).
 	fromLoop bool
 
 	scratch struct { // Forward's, reused from one call to the next
@@ -85,7 +85,7 @@ func (s *Session) notifySent() {
 }
 
 // FromLoop says Forward's caller is an event loop serving other
-// clients: it waits for a reply no longer than soonWait.
+// clients: Forward never reads a reply itself.
 func (s *Session) FromLoop() {
 	s.mu.Lock()
 	s.fromLoop = true
@@ -144,15 +144,15 @@ func (s *Session) Close() {
 
 // batch is a run of commands for one connection, written at once.
 type batch struct {
-	c    *conn
-	cmds [][]string
-	ws   []*waiter
-	read readBy // who reads the replies (conn.send)
+	c      *conn
+	cmds   [][]string
+	ws     []*waiter
+	inline bool // the caller may read the replies (conn.send)
 }
 
 func (b *batch) flush() {
 	if len(b.cmds) > 0 {
-		b.c.send(b.cmds, b.ws, b.read)
+		b.c.send(b.cmds, b.ws, b.inline)
 	}
 	// send copied them: the slices serve the next connection's run.
 	clear(b.cmds) // nor the arguments (they may be big) nor the waiters
@@ -176,15 +176,7 @@ func (s *Session) Forward(proto int, calls [][]string, reply Reply) {
 	// Under load, and for pipelines (whose replies are written as they
 	// come), a reader goroutine per connection reads the replies of many
 	// clients.
-	b := batch{read: byReader}
-	if len(calls) == 1 && s.g.o.Poller.Quiet() {
-		// An event loop reads the reply only if it comes soon: it serves
-		// other clients too.
-		b.read = byCaller
-		if s.fromLoop {
-			b.read = byCallerSoon
-		}
-	}
+	b := batch{inline: len(calls) == 1 && !s.fromLoop && s.g.o.Poller.Quiet()}
 	// What is sent is gathered in the session's scratch slices (send
 	// copies it), taken for the call: one allocation per run, its waiters.
 	s.mu.Lock()

@@ -47,8 +47,7 @@ type Session interface {
 	// Subscribed reports whether the client has a subscription.
 	Subscribed() bool
 	// FromLoop says Forward's caller is the event loop, which serves
-	// other clients: it waits for a reply no longer than a round trip
-	// to a Redis nearby, then leaves it to the connection's reader.
+	// other clients: Forward never waits to read a reply itself.
 	FromLoop()
 	// NotifySent calls f once the next command forwarded on the session
 	// is written to its backend connection or queued there behind
