@@ -107,6 +107,7 @@ func Start(spin Spinner) (*Loop, error) {
 		return nil, err
 	}
 	l := &Loop{spin: spin, ep: ep, file: file, raw: raw, wake: wake, handlers: map[int32]Handler{}, asiders: map[int32]Asider{}}
+	keepMonitorAwake()
 	go l.run()
 	return l, nil
 }

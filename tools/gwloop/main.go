@@ -22,6 +22,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"github.com/rlproxy/rlproxy/internal/resp"
 	"golang.org/x/sys/unix"
@@ -31,6 +32,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:6390", "address to serve clients on")
 	backend := flag.String("backend", "127.0.0.1:6379", "the Redis to forward to")
 	goroutine := flag.Bool("backend-goroutine", false, "read the backend on a goroutine (the product's way) instead of in the loop")
+	flag.BoolVar(&raw, "raw", false, "epoll_wait as a raw system call: the loop keeps its P")
 	flag.Parse()
 	l, err := newLoop(*listen, *backend, *goroutine)
 	if err != nil {
@@ -129,7 +131,13 @@ func (l *loop) watch(fd int, ev uint32) error {
 func (l *loop) run() {
 	runtime.LockOSThread()
 	for {
-		n, err := unix.EpollWait(l.ep, l.events, -1)
+		var n int
+		var err error
+		if raw {
+			n, err = rawEpollWait(l.ep, l.events, 100)
+		} else {
+			n, err = unix.EpollWait(l.ep, l.events, -1)
+		}
 		if err == unix.EINTR {
 			continue
 		}
@@ -348,4 +356,14 @@ func (l *loop) close(c *client) {
 	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.fd, nil)
 	_ = unix.Close(c.fd)
 	l.clients[c.fd] = nil
+}
+
+var raw bool
+
+func rawEpollWait(ep int, events []unix.EpollEvent, msec int) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(ep), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), uintptr(msec), 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
 }
