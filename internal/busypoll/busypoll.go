@@ -231,6 +231,10 @@ func (p *Poller) Spinner() *Spinner {
 	return &Spinner{p: p}
 }
 
+// Busy reports whether more than one request is in progress (the
+// loop's monitor keeper works only then). Any goroutine may call it.
+func (s *Spinner) Busy() bool { return s != nil && s.p.inProgress.Load() > 1 }
+
 // Spin calls ready (a check that never blocks) until it reports true or
 // the budget is spent, and reports whether it did.
 func (s *Spinner) Spin(ready func() bool) bool {

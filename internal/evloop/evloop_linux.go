@@ -49,8 +49,12 @@ type Asider interface {
 // Spinner lets the loop poll its sockets for a while before it parks
 // (package busypoll: at light load, a wake-up costs as much as the round
 // trip to Redis). Spin calls ready until it reports true or it gives up.
+// Busy, which any goroutine may call, reports whether the process is
+// under load (more than one request in progress): the monitor keeper
+// (monitor_linux.go) works only then.
 type Spinner interface {
 	Spin(ready func() bool) bool
+	Busy() bool
 }
 
 // Loop is one goroutine, an epoll set and the sockets it serves.
@@ -107,7 +111,7 @@ func Start(spin Spinner) (*Loop, error) {
 		return nil, err
 	}
 	l := &Loop{spin: spin, ep: ep, file: file, raw: raw, wake: wake, handlers: map[int32]Handler{}, asiders: map[int32]Asider{}}
-	keepMonitorAwake()
+	keepMonitorAwake(l)
 	go l.run()
 	return l, nil
 }
@@ -251,6 +255,7 @@ func (l *Loop) shutdown() {
 	}
 	unix.Close(l.wake)
 	l.file.Close()
+	forget(l)
 }
 
 // Take removes a TCP connection from Go's poller and returns its

@@ -25,6 +25,7 @@ var errUnsupported = errors.New("evloop: only on Linux")
 // Spinner lets the loop poll before it parks.
 type Spinner interface {
 	Spin(ready func() bool) bool
+	Busy() bool
 }
 
 // Start fails: there is no loop on this platform.
