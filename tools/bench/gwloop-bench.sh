@@ -15,6 +15,9 @@
 #                 client sockets and the backend socket
 #   loop-gor      tools/gwloop -backend-goroutine: the loop reads clients,
 #                 a goroutine reads the backend and writes the replies
+#   loop-raw      tools/gwloop -raw: as loop, its epoll_wait a raw system
+#                 call (the thread keeps its P: the runtime's monitor never
+#                 sleeps deeply, as with rlproxy's monitor keeper)
 #
 # CPU per request: the proxy process's utime+stime (/proc/PID/stat) over
 # the run divided by the requests. Prints the per-round lines, then the
@@ -76,6 +79,8 @@ p=$(free_port)
 start loop "$p" "$work/gwloop" -listen "127.0.0.1:$p" -backend "127.0.0.1:$R"
 p=$(free_port)
 start loop-gor "$p" "$work/gwloop" -listen "127.0.0.1:$p" -backend "127.0.0.1:$R" -backend-goroutine
+p=$(free_port)
+start loop-raw "$p" "$work/gwloop" -listen "127.0.0.1:$p" -backend "127.0.0.1:$R" -raw
 
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)

@@ -13,6 +13,10 @@
 //   - goroutine (-backend-goroutine): the backend connection is a Go
 //     net.Conn read by a goroutine that writes the replies straight to the
 //     client fds, as the product's backend connections work today.
+//
+// -raw makes the loop's epoll_wait a raw system call (at most 100 ms, so
+// a garbage collection's preemption is never held up for long): the
+// thread keeps its P, so the runtime's monitor never sleeps deeply.
 package main
 
 import (
@@ -358,8 +362,11 @@ func (l *loop) close(c *client) {
 	l.clients[c.fd] = nil
 }
 
+// raw: the loop waits with rawEpollWait.
 var raw bool
 
+// rawEpollWait is epoll_wait made as a raw system call: the runtime does
+// not take the thread's P meanwhile (see internal/evloop's monitor keeper).
 func rawEpollWait(ep int, events []unix.EpollEvent, msec int) (int, error) {
 	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(ep), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), uintptr(msec), 0, 0)
 	if e != 0 {
