@@ -21,7 +21,7 @@ import (
 // the system call that woke it. While a loop is under load, the monitor
 // keeper holds one P, so the monitor never sleeps deeply and runs at its
 // slow period (10 ms) instead: GET and SET through the gateway went from
-// 0.86-0.88x twemproxy's throughput to 1.02-1.16x (docs/performance.md).
+// 0.78-0.88x twemproxy's throughput to 0.90-1.03x (docs/performance.md).
 //
 // The P is held by a goroutine blocked in epoll_wait on an empty epoll
 // set, made as a raw system call: the runtime does not see it as a
