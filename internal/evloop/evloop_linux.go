@@ -111,7 +111,9 @@ func Start(spin Spinner) (*Loop, error) {
 		return nil, err
 	}
 	l := &Loop{spin: spin, ep: ep, file: file, raw: raw, wake: wake, handlers: map[int32]Handler{}, asiders: map[int32]Asider{}}
-	keepMonitorAwake(l)
+	if spin != nil { // without one, nothing tells the keeper of load
+		keepMonitorAwake(l)
+	}
 	go l.run()
 	return l, nil
 }

@@ -22,7 +22,7 @@ const Supported = false
 
 var errUnsupported = errors.New("evloop: only on Linux")
 
-// Spinner lets the loop poll before it parks.
+// Spinner lets the loop poll before it parks; Busy reports load.
 type Spinner interface {
 	Spin(ready func() bool) bool
 	Busy() bool

@@ -44,7 +44,8 @@ var keeper struct {
 	holds atomic.Int64 // waits holding the P so far (tests)
 }
 
-// keepMonitorAwake has the keeper watch l (started once per process).
+// keepMonitorAwake has the keeper watch l, a loop with a Spinner
+// (started, and GOMAXPROCS raised, once per process).
 func keepMonitorAwake(l *Loop) {
 	keeper.start.Do(startKeeper)
 	keeper.mu.Lock()
@@ -72,7 +73,9 @@ func underLoad() bool {
 }
 
 func startKeeper() {
+	keeper.mu.Lock()
 	keeper.loops = map[*Loop]struct{}{}
+	keeper.mu.Unlock()
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return // the loop works without it, at the cost above

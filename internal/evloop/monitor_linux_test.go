@@ -32,16 +32,23 @@ func TestMonitorKeeper(t *testing.T) {
 		t.Fatalf("GOMAXPROCS %d after a second loop, want %d", got, procs)
 	}
 
-	holding := func() bool {
+	// holding reports whether the keeper waits holding its P within
+	// d: it looks every 20 ms when idle, every 10 ms when holding.
+	holding := func(d time.Duration) bool {
 		before := keeper.holds.Load()
-		time.Sleep(60 * time.Millisecond) // the keeper looks every 20 ms when idle, 10 ms when holding
-		return keeper.holds.Load() > before
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			if keeper.holds.Load() > before {
+				return true
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return false
 	}
-	if holding() {
+	if holding(100 * time.Millisecond) {
 		t.Fatal("the keeper holds its P with no loop under load")
 	}
 	s.busy.Store(true)
-	if !holding() {
+	if !holding(5 * time.Second) {
 		t.Fatal("the keeper does not hold its P with a loop under load")
 	}
 	var m runtime.MemStats
@@ -50,8 +57,25 @@ func TestMonitorKeeper(t *testing.T) {
 		runtime.ReadMemStats(&m)
 	}
 	s.busy.Store(false)
-	time.Sleep(30 * time.Millisecond)
-	if holding() {
+	time.Sleep(100 * time.Millisecond) // a wait under way ends within 10 ms
+	if holding(100 * time.Millisecond) {
 		t.Fatal("the keeper still holds its P once the load is gone")
+	}
+}
+
+// A loop without a Spinner (busy_poll off, or Go on one CPU) has nothing
+// to tell the keeper of load: it is not watched, and GOMAXPROCS is not
+// raised for it.
+func TestLoopWithoutSpinnerLeavesTheKeeper(t *testing.T) {
+	l, err := Start(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	keeper.mu.Lock()
+	_, watched := keeper.loops[l]
+	keeper.mu.Unlock()
+	if watched {
+		t.Fatal("a loop without a Spinner is watched by the keeper")
 	}
 }
