@@ -47,10 +47,21 @@ type client struct {
 	// does not run, lets the loop go on once that command has gone to
 	// its backend connection (or was answered here): see loop_linux.go.
 	handBack atomic.Pointer[func()]
+	// willWait, set by the loop, is called before the client's goroutine
+	// waits for something that may take long (an earlier reply): the
+	// loop then reads its later requests only once it reads on.
+	willWait func()
 	stopping <-chan struct{} // closed when the server shuts down (Watch)
 }
 
 func (c *client) Name() string { return c.name }
+
+// waits is called before the client's goroutine waits (willWait).
+func (c *client) waits() {
+	if c.willWait != nil {
+		c.willWait()
+	}
+}
 
 // watchEvery is how often a waiting client's socket is checked.
 const watchEvery = 50 * time.Millisecond

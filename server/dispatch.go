@@ -53,14 +53,23 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 			for j < len(calls) && (s.forwards(c, calls[j]) || strings.EqualFold(calls[j][0], "PING")) {
 				j++
 			}
-			q.waitUnforwarded()
+			if q.deciding() {
+				c.waits()
+				q.waitUnforwarded()
+			}
 			s.forward(c, calls[i:j])
 			i = j
 			continue
 		}
-		q.waitFilled() // a client's commands run in order
+		if q.waiting() {
+			c.waits()
+			q.waitFilled() // a client's commands run in order
+		}
 		cmd := s.batchable(c, calls[i])
 		if cmd == nil {
+			if !s.loopOwns(c, calls[i]) {
+				c.waits() // it may wait (RL.LEASE, BLOCK)
+			}
 			// The poller counts each request once, where it is decided
 			// (here, or in a batch or forward): a lone request counted
 			// twice would read as two at once and switch polling off.
@@ -96,18 +105,48 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		})
 		i = j
 	}
-	if len(calls) > 1 && !forwarded {
+	if len(calls) > 1 && !forwarded && q.waiting() {
+		c.waits()
 		// A pipeline's replies go out in one write from this goroutine,
 		// the client's own: left to the goroutine that decided a batch,
 		// the writes to every client of that batch would queue up on it
 		// (a lone call's reply is still written by whoever decides it).
 		q.waitFilled()
 	}
-	q.release()
+	if c.looped {
+		q.releaseAsync() // its goroutine never waits on a write: the loop may be waiting for it (await)
+	} else {
+		q.release()
+	}
 	if c.quit {
 		q.waitWritten()
 		conn.Close()
 	}
+}
+
+// loopOwns reports whether the loop runs one of rlproxy's own commands
+// itself: the handshake real clients send, whose handlers never wait.
+func (s *Server) loopOwns(c *client, args []string) bool {
+	cmd := s.table.Lookup(args[0])
+	if cmd == nil {
+		return false
+	}
+	switch cmd.Name {
+	case "AUTH", "PING", "ECHO":
+		return true
+	case "HELLO":
+		// It asks the backend's version the first time, when the client
+		// may reach Redis (after its AUTH argument, if any): a wait for a
+		// reply only the loop itself would read.
+		return s.backendVersion.Load() != nil || len(args) <= 2 && s.forwardable(c, []string{"INFO"}) != nil
+	case "CLIENT":
+		if len(args) < 2 {
+			return false
+		}
+		sub := cmd.SubCommand(args[1])
+		return sub != nil && (sub.Name == "SETNAME" || sub.Name == "GETNAME" || sub.Name == "ID" || sub.Name == "SETINFO")
+	}
+	return false
 }
 
 // argStrings appends a pipeline's arguments to calls as strings, all in

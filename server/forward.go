@@ -344,7 +344,10 @@ func (s *Server) ask(c *client, args []string) []byte {
 // rlproxy's own, the loop may run other clients' commands without
 // overtaking it.
 func (s *Server) handedBack(c *client, first []string, done func()) {
-	if s.forwards(c, first) {
+	// A forwarded command that waits for an own command's reply first
+	// (an RL.ACQUIRE's) is not sent in arrival order (nor is a Redis
+	// client's command behind its blocking one): the loop need not wait.
+	if s.forwards(c, first) && !c.replies.deciding() {
 		if fwd := s.session(c); fwd != nil {
 			fwd.NotifySent(done)
 			return

@@ -88,7 +88,7 @@ func (l *clientLoop) take(c net.Conn) net.Conn {
 	if err != nil {
 		return nil
 	}
-	return &loopConn{l: l, fd: fd, local: local, remote: remote, back: make(chan []byte, 1)}
+	return &loopConn{l: l, fd: fd, local: local, remote: remote, fed: make(chan []byte, 1), back: make(chan []byte, 1)}
 }
 
 // loopServe starts serving a client whose socket the loop took, once its
@@ -99,27 +99,41 @@ func (s *Server) loopServe(g *guardedConn) {
 		return
 	}
 	g.client.looped = true
+	g.client.willWait = lc.willWait
 	lc.g = g
-	if lc.l.loop.Add(lc.fd, lc) != nil {
+	lc.mu.Lock()
+	err := lc.l.loop.Add(lc.fd, lc)
+	lc.armed = err == nil
+	lc.mu.Unlock()
+	if err != nil {
 		lc.back <- nil // to its goroutine at once
 	}
 }
 
 // loopConn is a client socket the loop serves; after the hand-back, the
-// net.Conn it became. Only the loop's goroutine closes the descriptor while
-// the loop serves it (so its number is not reused under a read);
-// writers (the reply queue) write it under mu.
+// net.Conn it became. The loop reads it (armed) and gives its goroutine
+// what it does not run itself (fed); while the goroutine waits for an
+// earlier reply the socket leaves the loop's set, and the goroutine arms
+// it again when it reads on. Only the one that has it closes the
+// descriptor — the loop's goroutine while armed, else Close or Read — so
+// its number is not reused under a read; writers (the reply queue)
+// write it under mu.
 type loopConn struct {
 	l             *clientLoop
 	g             *guardedConn
 	fd            int
 	local, remote net.Addr
+	fed           chan []byte // whole commands for the goroutine to run
 	back          chan []byte // the hand-back: the bytes read ahead; closed: the client left
 	pending       []byte      // the loop's: the start of a request not whole yet
 
 	mu      sync.Mutex
+	armed   bool          // fd is in the loop's set
+	busy    bool          // the goroutine runs what it was fed
+	waits   bool          // ... and waits for an earlier reply (willWait)
+	idle    chan struct{} // closed when it no longer is busy, or waits
 	real    net.Conn // after the hand-back
-	ahead   []byte   // read ahead by the loop, for Read after the hand-back
+	ahead   []byte   // fed, or read ahead by the loop, for Read
 	ended   bool     // fd is closed (or became real's)
 	closing bool     // Close was called
 }
@@ -132,8 +146,11 @@ func (lc *loopConn) Ready() {
 		// It does not read its replies: its goroutine reads no more
 		// requests until they are written (or it is closed past
 		// passthrough_client_buffer), as every client's does.
-		l.loop.Remove(lc.fd)
-		lc.back <- lc.pending
+		lc.giveBack(lc.pending)
+		return
+	}
+	if !lc.await() {
+		lc.disarm() // its goroutine arms it again when it reads on
 		return
 	}
 	n, err := unix.Read(lc.fd, l.buf)
@@ -150,33 +167,107 @@ func (lc *loopConn) Ready() {
 	copy(b[copy(b, lc.pending):], l.buf[:n])
 	lc.pending = nil
 	used, why := l.run(lc.g.client, b)
-	if rest := b[used:]; why != stopNone || len(rest) > loopMaxRequest {
-		l.loop.Remove(lc.fd)
-		if why != stopCommand {
-			lc.back <- rest
-			return
-		}
-		lc.handBackCommand(rest)
-	} else {
+	switch rest := b[used:]; {
+	case why == stopCommand:
+		lc.feed(rest)
+	case why == stopBytes || len(rest) > loopMaxRequest:
+		lc.giveBack(rest)
+	default:
 		lc.pending = rest
 	}
 }
 
-// handBackCommand gives the socket back to its goroutine at a whole
-// command the loop does not run (rest starts with it) and holds the
-// other clients until that command is on its way to Redis: Redis runs
-// commands in the order they came (a BRPOPLPUSH, then another client's
-// LPUSH), and the goroutine taking the socket back, then pinning a
-// backend connection, would otherwise come after commands the loop
-// reads meanwhile. The goroutine says so once the command is written to
-// its backend connection, refused, or one of rlproxy's own (or the
-// client is closed); the bound is for a goroutine that does not run,
-// not for a command that waits.
-func (lc *loopConn) handBackCommand(rest []byte) {
+// await holds the other clients while the goroutine runs what it was
+// fed (their requests came after this one's): Redis would run this
+// client's next request before theirs. It reports false when the
+// goroutine waits for an earlier reply instead (as a Redis client
+// blocked in BLPOP, its next request runs once that is answered).
+func (lc *loopConn) await() bool {
+	lc.mu.Lock()
+	if !lc.busy || lc.waits {
+		busy := lc.busy
+		lc.mu.Unlock()
+		return !busy
+	}
+	idle := make(chan struct{})
+	lc.idle = idle
+	lc.mu.Unlock()
+	if !lc.l.loop.Hold(idle, handBackHold) {
+		lc.l.s.stats.loopHoldsExpired.Add(1)
+	}
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return !lc.busy
+}
+
+// willWait is the client's goroutine's, before it waits for an earlier
+// reply: the loop need not wait for it.
+func (lc *loopConn) willWait() {
+	lc.mu.Lock()
+	if lc.busy {
+		lc.waits = true
+		lc.wake()
+	}
+	lc.mu.Unlock()
+}
+
+// wake lets a loop held in await go on (mu held).
+func (lc *loopConn) wake() {
+	if lc.idle != nil {
+		close(lc.idle)
+		lc.idle = nil
+	}
+}
+
+// giveBack gives the socket back to its goroutine for good, with the
+// bytes read ahead: the guard and redcon judge them as if they had just
+// come.
+func (lc *loopConn) giveBack(rest []byte) {
+	lc.disarm()
+	lc.back <- rest
+}
+
+// disarm takes the socket out of the loop's set (the loop's goroutine).
+func (lc *loopConn) disarm() {
+	lc.l.loop.Remove(lc.fd)
+	lc.mu.Lock()
+	lc.armed = false
+	lc.mu.Unlock()
+}
+
+// feed gives the whole commands at the start of rest (the first is one
+// the loop does not run) to the client's goroutine and holds the other
+// clients until
+// the first is on its way to Redis: Redis runs commands in the order
+// they came (an UNSUBSCRIBE, then another client's PUBLISH), and the
+// goroutine would otherwise come after commands the loop reads
+// meanwhile. The goroutine says so once that command is written to its
+// backend connection, refused, or one of rlproxy's own, or when it
+// waits for an earlier reply first (or the client is closed); the bound
+// is for a goroutine that does not run, not for a command that waits.
+func (lc *loopConn) feed(rest []byte) {
+	whole := 0
+	for whole < len(rest) {
+		_, n, ok := loopCommand(rest[whole:])
+		if !ok {
+			// Bytes the loop does not parse follow: the goroutine reads
+			// on from them, and the socket, itself.
+			lc.giveBack(rest)
+			return
+		}
+		if n == 0 {
+			break
+		}
+		whole += n
+	}
+	lc.pending = rest[whole:] // a part of a command
+	lc.mu.Lock()
+	lc.busy = true
+	lc.mu.Unlock()
 	sent := make(chan struct{})
 	f := sync.OnceFunc(func() { close(sent) })
 	lc.g.client.handBack.Store(&f)
-	lc.back <- rest
+	lc.fed <- rest[:whole]
 	if !lc.l.loop.Hold(sent, handBackHold) {
 		lc.l.s.stats.loopHoldsExpired.Add(1)
 	}
@@ -219,7 +310,7 @@ func (l *clientLoop) run(c *client, b []byte) (used int, why stop) {
 			return used, stopNone // the rest comes with a later read
 		case !c.authed && !preAuthFits(args):
 			return used, stopBytes // the guard refuses it
-		case s.forwards(c, args) && s.opts.Forward.Stateless(args):
+		case s.forwards(c, args) && s.opts.Forward.Stateless(args) && !q.deciding():
 			l.calls = append(l.calls, args)
 		case s.loopOwns(c, args):
 			// As on the goroutine path, it runs once the commands before
@@ -255,31 +346,6 @@ func (l *clientLoop) send(c *client) {
 	l.s.forward(c, l.calls)
 	clear(l.calls)
 	l.calls = l.calls[:0]
-}
-
-// loopOwns reports whether the loop runs one of rlproxy's own commands
-// itself: the handshake real clients send, whose handlers never wait.
-func (s *Server) loopOwns(c *client, args []string) bool {
-	cmd := s.table.Lookup(args[0])
-	if cmd == nil {
-		return false
-	}
-	switch cmd.Name {
-	case "AUTH", "PING", "ECHO":
-		return true
-	case "HELLO":
-		// It asks the backend's version the first time, when the client
-		// may reach Redis (after its AUTH argument, if any): a wait for a
-		// reply only the loop itself would read.
-		return s.backendVersion.Load() != nil || len(args) <= 2 && s.forwardable(c, []string{"INFO"}) != nil
-	case "CLIENT":
-		if len(args) < 2 {
-			return false
-		}
-		sub := cmd.SubCommand(args[1])
-		return sub != nil && (sub.Name == "SETNAME" || sub.Name == "GETNAME" || sub.Name == "ID" || sub.Name == "SETINFO")
-	}
-	return false
 }
 
 // preAuthFits reports whether a command sent before AUTH is within
@@ -360,37 +426,68 @@ func loopNumber(b []byte, i int) (v int64, next int, ok bool) {
 	return 0, 0, true
 }
 
-// Read is the goroutine's (redcon's): it waits for the hand-back, then
-// gives the bytes the loop read ahead, then reads the socket.
+// Read is the goroutine's (redcon's): it gives what the loop fed it or,
+// after the hand-back, the bytes the loop read ahead, then reads the
+// socket. Fed commands run, it waits for the next (arming the socket
+// again if it left the loop's set while it waited).
 func (lc *loopConn) Read(p []byte) (int, error) {
-	lc.mu.Lock()
-	if lc.real == nil {
+	for {
+		lc.mu.Lock()
+		if len(lc.ahead) > 0 {
+			n := copy(p, lc.ahead)
+			lc.ahead = lc.ahead[n:]
+			lc.mu.Unlock()
+			return n, nil
+		}
+		if real := lc.real; real != nil {
+			lc.mu.Unlock()
+			return real.Read(p)
+		}
+		lc.busy, lc.waits = false, false
+		lc.wake()
+		if !lc.armed {
+			if lc.ended {
+				lc.mu.Unlock()
+				return 0, net.ErrClosed
+			}
+			if lc.closing || lc.l.loop.Add(lc.fd, lc) != nil {
+				// Closed meanwhile, or the loop stopped: nobody else has it.
+				lc.ended = true
+				unix.Close(lc.fd)
+				lc.mu.Unlock()
+				return 0, net.ErrClosed
+			}
+			lc.armed = true
+		}
 		lc.mu.Unlock()
-		if err := lc.takeBack(); err != nil {
+		if err := lc.wait(); err != nil {
 			return 0, err
 		}
-		lc.mu.Lock()
 	}
-	if len(lc.ahead) > 0 {
-		n := copy(p, lc.ahead)
-		lc.ahead = lc.ahead[n:]
-		lc.mu.Unlock()
-		return n, nil
-	}
-	real := lc.real
-	lc.mu.Unlock()
-	return real.Read(p)
 }
 
-// takeBack waits until the loop hands the socket back (or the client
-// left) and makes it a net.Conn of Go's poller again.
-func (lc *loopConn) takeBack() error {
-	rest, ok := <-lc.back
-	if !ok {
-		return io.EOF
+// wait waits until the loop feeds the goroutine or hands the socket back
+// (or the client left); a socket handed back becomes a net.Conn of Go's
+// poller again.
+func (lc *loopConn) wait() error {
+	var rest []byte
+	select {
+	case b := <-lc.fed:
+		lc.mu.Lock()
+		lc.ahead = b
+		lc.mu.Unlock()
+		return nil
+	case b, ok := <-lc.back:
+		if !ok {
+			return io.EOF
+		}
+		rest = b
 	}
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
+	if lc.ended { // Close closed it meanwhile
+		return net.ErrClosed
+	}
 	lc.ended = true
 	if lc.closing {
 		unix.Close(lc.fd)
@@ -453,8 +550,15 @@ func (lc *loopConn) Close() error {
 		lc.mu.Unlock()
 		return real.Close()
 	}
-	if !lc.closing && !lc.ended {
-		_ = unix.Shutdown(lc.fd, unix.SHUT_RDWR)
+	switch {
+	case lc.ended:
+	case !lc.armed:
+		// Neither the loop nor a Read has it (it was fed, or is being
+		// handed back): closed here.
+		lc.ended = true
+		unix.Close(lc.fd)
+	case !lc.closing:
+		_ = unix.Shutdown(lc.fd, unix.SHUT_RDWR) // the loop reads the end and closes it
 	}
 	lc.closing = true
 	lc.mu.Unlock()

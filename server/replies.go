@@ -42,6 +42,7 @@ type replies struct {
 	openFwd  int    // of which forwarded commands' (passthrough)
 	held     bool   // the reader is taking a pipeline
 	writing  bool   // a goroutine is writing out
+	stalled  bool   // the socket did not take a write at once: a goroutine writes the rest
 	inFlight int    // bytes of the write under way
 	// A big reply is being streamed (fillPart): written as it comes, even
 	// while the reader holds the queue (it may be the one streaming).
@@ -93,11 +94,11 @@ func (q *replies) releaseAsync() {
 }
 
 // backedUp reports whether a write waits for the client's socket to
-// take more.
+// take more (it did not take a write at once).
 func (q *replies) backedUp() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.writing
+	return q.stalled
 }
 
 // add queues a reply decided at once.
@@ -270,11 +271,12 @@ func (q *replies) startWrite() {
 			return
 		}
 	}
-	q.writing = true
+	q.writing, q.stalled = true, true
 	go func() {
 		q.mu.Lock()
 		q.writing = false
 		q.flush()
+		q.stalled = false
 		q.mu.Unlock()
 	}()
 }
@@ -398,6 +400,14 @@ func (q *replies) waitUnforwarded() {
 		q.changed.Wait()
 	}
 	q.mu.Unlock()
+}
+
+// deciding reports whether a reply of one of rlproxy's own commands is
+// still to be decided: a forwarded command waits for it (waitUnforwarded).
+func (q *replies) deciding() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.open > q.openFwd
 }
 
 // waitWritten returns once every reply is written (before a QUIT closes

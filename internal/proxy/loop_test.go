@@ -125,6 +125,44 @@ func TestGatewayLoopHandBackKeepsOrder(t *testing.T) {
 	}
 }
 
+// Clients the loop handed to their goroutines (pinned by SELECT, in
+// Pub/Sub, after WATCH) keep arrival order too: the loop still reads
+// their sockets and holds the others until their command is on its way
+// (Redis's suite, "PUBLISH/SUBSCRIBE after UNSUBSCRIBE without
+// arguments" and "BRPOPLPUSH does not affect WATCH while still
+// blocked"). A PUBLISH sent right after another client's UNSUBSCRIBE
+// reaches no subscriber; a LPUSH sent right after another client's EXEC
+// does not abort that transaction.
+func TestGatewayLoopKeepsOrderOfPinnedClients(t *testing.T) {
+	h := start(t, passthroughOn, loopOn)
+	r := h.raw(t)
+	r.Steps([][2]string{{"SELECT 9", "+OK"}})
+	for i := range 30 {
+		sub := h.raw(t)
+		sub.Steps([][2]string{{"SELECT 9", "+OK"}})
+		sub.Send("SUBSCRIBE", "chan1")
+		for range 6 { // *3, subscribe, chan1, :1
+			sub.Line()
+		}
+		sub.Send("UNSUBSCRIBE")
+		if got := r.Call("PUBLISH", "chan1", "hello"); got != ":0" {
+			t.Errorf("round %d: PUBLISH after another client's UNSUBSCRIBE reached %s subscribers", i, got)
+		}
+	}
+	for i := range 30 {
+		w := h.raw(t)
+		w.Steps([][2]string{{"SELECT 9", "+OK"}, {"DEL dst", ":0"}, {"WATCH dst", "+OK"}, {"MULTI", "+OK"}, {"GET dst", "+QUEUED"}})
+		w.Send("EXEC")
+		if got := r.Call("LPUSH", "dst", "x"); got != ":1" {
+			t.Fatalf("round %d: LPUSH answered %q", i, got)
+		}
+		if got := w.Line(); got != "*1" {
+			t.Fatalf("round %d: EXEC sent before another client's LPUSH answered %q, want *1", i, got)
+		}
+		r.Call("DEL", "dst")
+	}
+}
+
 // A client served by the loop that stops reading is closed once it holds
 // passthrough_client_buffer of replies (counted), and the others go on.
 func TestGatewayLoopClientStopsReading(t *testing.T) {
