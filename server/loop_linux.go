@@ -132,10 +132,10 @@ type loopConn struct {
 	busy    bool          // the goroutine runs what it was fed
 	waits   bool          // ... and waits for an earlier reply (willWait)
 	idle    chan struct{} // closed when it no longer is busy, or waits
-	real    net.Conn // after the hand-back
-	ahead   []byte   // fed, or read ahead by the loop, for Read
-	ended   bool     // fd is closed (or became real's)
-	closing bool     // Close was called
+	real    net.Conn      // after the hand-back
+	ahead   []byte        // fed, or read ahead by the loop, for Read
+	ended   bool          // fd is closed (or became real's)
+	closing bool          // Close was called
 }
 
 // Ready reads what the socket has (one read: the loop calls again while
