@@ -15,29 +15,33 @@ import (
 )
 
 // The event loop (passthrough_loop) reads the sockets of the gateway's
-// plain clients from one goroutine over an epoll set (package evloop): no
+// clients from one goroutine over an epoll set (package evloop): no
 // goroutine wakes per request, no read finds nothing. It runs what
-// forwards through the shared backend connections (GET, SET, ...) and
+// forwards without a state change (GET, SET, ...; on the client's pinned
+// connection when it has one: after SELECT, in MULTI, subscribed) and
 // the handshake (AUTH, HELLO, CLIENT SETNAME, PING, ECHO), all through
 // the same code as the goroutine path (forward, call, the reply queue).
 // It also reads the shared backend connections (Gateway.ReadInLoop), so
 // that under load a command and its reply cost no goroutine's wake-up.
-// At the first command it does not run (MULTI, SUBSCRIBE, BLPOP, RL.*,
-// an inline or malformed command, a request over loopMaxRequest), or
-// when the client does not take its replies as fast as they come, the
-// socket goes back, for good, to its goroutine (redcon's, which waits in
-// Read from the start) with the bytes the loop read ahead: the guard and
-// redcon then judge them as if they had just come. At a whole command the
-// loop serves no one else until that command is on its way to Redis
-// (handBackCommand), so arrival order holds across clients.
+// A command it does not run (MULTI, SUBSCRIBE, BLPOP, RL.*) goes, with
+// the whole commands after it, to the client's goroutine (redcon's,
+// which waits in Read), and the loop serves no one else until the first
+// is on its way to Redis (feed), nor reads that client again before its
+// goroutine is done (await): arrival order holds across clients, as
+// Redis's one thread keeps it. Bytes the loop does not parse (an inline
+// or malformed command, a request over loopMaxRequest), or a client that
+// does not take its replies as fast as they come, give the socket back
+// to its goroutine for good, with the bytes the loop read ahead: the
+// guard and redcon then judge them as if they had just come.
 
 // loopMaxRequest is the most the loop holds of a request not yet whole;
 // a bigger one (a big SET) goes to the goroutine path, which streams
 // big arguments (bigarg.go).
 const loopMaxRequest = 64 << 10
 
-// handBackHold is the most the loop waits for a command it handed back
-// to reach its backend connection before it serves other clients again.
+// handBackHold is the most the loop waits for a command it fed a
+// client's goroutine to reach its backend connection (or for that
+// goroutine to be done) before it serves other clients again.
 const handBackHold = time.Second
 
 // clientLoop is the server's event loop.
@@ -150,8 +154,7 @@ func (lc *loopConn) Ready() {
 		return
 	}
 	if !lc.await() {
-		lc.disarm() // its goroutine arms it again when it reads on
-		return
+		return // its goroutine arms it again when it reads on
 	}
 	n, err := unix.Read(lc.fd, l.buf)
 	if n <= 0 {
@@ -179,25 +182,27 @@ func (lc *loopConn) Ready() {
 
 // await holds the other clients while the goroutine runs what it was
 // fed (their requests came after this one's): Redis would run this
-// client's next request before theirs. It reports false when the
-// goroutine waits for an earlier reply instead (as a Redis client
-// blocked in BLPOP, its next request runs once that is answered).
+// client's next request before theirs. When the goroutine waits for an
+// earlier reply instead (as a Redis client blocked in BLPOP, its next
+// request runs once that is answered), it takes the socket out of the
+// loop's set, for the goroutine to arm again, and reports false.
 func (lc *loopConn) await() bool {
 	lc.mu.Lock()
-	if !lc.busy || lc.waits {
-		busy := lc.busy
-		lc.mu.Unlock()
-		return !busy
-	}
-	idle := make(chan struct{})
-	lc.idle = idle
-	lc.mu.Unlock()
-	if !lc.l.loop.Hold(idle, handBackHold) {
-		lc.l.s.stats.loopHoldsExpired.Add(1)
-	}
-	lc.mu.Lock()
 	defer lc.mu.Unlock()
-	return !lc.busy
+	if lc.busy && !lc.waits {
+		idle := make(chan struct{})
+		lc.idle = idle
+		lc.mu.Unlock()
+		if !lc.l.loop.Hold(idle, handBackHold) {
+			lc.l.s.stats.loopHoldsExpired.Add(1)
+		}
+		lc.mu.Lock()
+	}
+	if lc.busy {
+		lc.disarm() // decided under mu: Read arms it again after this
+		return false
+	}
+	return true
 }
 
 // willWait is the client's goroutine's, before it waits for an earlier
@@ -223,16 +228,17 @@ func (lc *loopConn) wake() {
 // bytes read ahead: the guard and redcon judge them as if they had just
 // come.
 func (lc *loopConn) giveBack(rest []byte) {
+	lc.mu.Lock()
 	lc.disarm()
+	lc.mu.Unlock()
 	lc.back <- rest
 }
 
-// disarm takes the socket out of the loop's set (the loop's goroutine).
+// disarm takes the socket out of the loop's set (the loop's goroutine,
+// mu held).
 func (lc *loopConn) disarm() {
 	lc.l.loop.Remove(lc.fd)
-	lc.mu.Lock()
 	lc.armed = false
-	lc.mu.Unlock()
 }
 
 // feed gives the whole commands at the start of rest (the first is one

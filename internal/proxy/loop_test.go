@@ -266,3 +266,28 @@ func TestGatewayLoopAuth(t *testing.T) {
 		t.Fatalf("the loop ran %d commands, want 5", got)
 	}
 }
+
+// A client's next request that comes while its goroutine runs one of
+// rlproxy's own commands (INFO asks the backend) is read once the
+// goroutine is done, never left unread: 300 times INFO, then at once a
+// GET in a write of its own, each answered.
+func TestGatewayLoopReadsOnAfterOwnCommand(t *testing.T) {
+	h := start(t, passthroughOn, loopOn)
+	r := h.raw(t)
+	r.Steps([][2]string{{"SELECT 9", "+OK"}, {"SET k v", "+OK"}})
+	for i := range 300 {
+		r.Send("INFO", "server")
+		r.Send("GET", "k")
+		size := r.Line()
+		if !strings.HasPrefix(size, "$") {
+			t.Fatalf("round %d: INFO answered %q", i, size)
+		}
+		n, _ := strconv.Atoi(size[1:])
+		if _, err := io.ReadFull(r.r, make([]byte, n+2)); err != nil {
+			t.Fatalf("round %d: INFO's text: %v", i, err)
+		}
+		if got := r.Line() + r.Line(); got != "$1v" {
+			t.Fatalf("round %d: GET answered %q", i, got)
+		}
+	}
+}
