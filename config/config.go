@@ -284,12 +284,13 @@ type Config struct {
 	// (which must cover Redis's own time to build a big reply). Must be
 	// > 0. Defaults to 5s.
 	PassthroughClientStall time.Duration `mapstructure:"passthrough_client_stall"`
-	// (Optional) Serve the gateway's plain clients (forwarded commands on
-	// the shared connections, and the handshake) and read the shared
-	// backend connections from one event loop (a goroutine over an
-	// epoll set) instead of a goroutine each: no goroutine's wake-up per
-	// command. Linux only; clients under TLS or with a timeout keep
-	// their goroutine. Defaults to true (docs/gateway.md).
+	// (Optional) Read the gateway's clients and the shared backend
+	// connections from one event loop (a goroutine over an epoll set)
+	// instead of a goroutine each, running plain forwarded commands and
+	// the handshake there: no goroutine's wake-up per command, and
+	// commands reach Redis in the order they came. Linux only; clients
+	// under TLS or with a timeout keep their goroutine. Defaults to true
+	// (docs/gateway.md).
 	PassthroughLoop bool `mapstructure:"passthrough_loop"`
 }
 
