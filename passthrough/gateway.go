@@ -283,6 +283,17 @@ func (g *Gateway) sideConnAt(addr string, t Tenant, proto int) (*conn, error) {
 	return g.laneAt(addr, t, proto, 1)
 }
 
+// laneIfOpen returns shared connection lane (as laneAt) when it is open,
+// else nil: it dials none.
+func (g *Gateway) laneIfOpen(addr string, t Tenant, proto, lane int) *conn {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if byProto := g.shared[t.pool(addr)]; byProto != nil {
+		return byProto[proto-2][lane]
+	}
+	return nil
+}
+
 // laneAt returns shared connection lane (0: the first, 1: the side one).
 func (g *Gateway) laneAt(addr string, t Tenant, proto, lane int) (*conn, error) {
 	g.mu.Lock()

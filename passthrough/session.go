@@ -40,6 +40,8 @@ type Session struct {
 	// clients, which must not wait: it never reads replies itself (the
 	// loop reads the shared connections as it reads its clients).
 	fromLoop bool
+	// loopCalls: the loop's own goroutine is in Forward (LoopCalls).
+	loopCalls bool
 
 	scratch struct { // Forward's, reused from one call to the next
 		cmds [][]string
@@ -84,11 +86,96 @@ func (s *Session) notifySent() {
 	}
 }
 
+// Sendable returns how many of calls (commands that change no session
+// state: Stateless) Forward would send before one that must first wait
+// for the replies the client awaits on another connection (a script
+// runs on the shared one, so the call goes on the side one; in a
+// cluster, another node): the event loop reads those replies itself, so
+// it leaves that call and the rest to the client's goroutine. Those it
+// refuses or answers here count as sent.
+func (s *Session) Sendable(proto int, calls [][]string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.out == 0 && len(calls) == 1 {
+		return 1
+	}
+	if s.pin != nil || s.multiPending {
+		// Every call goes on the pinned connection (a pending MULTI
+		// pins one for the first: only once nothing is awaited).
+		if s.multiPending && s.out > 0 {
+			return 0
+		}
+		return len(calls)
+	}
+	// Where each call goes: an open connection, or one Forward will
+	// open (addr and lane).
+	type dest struct {
+		c    *conn
+		addr string
+		lane int
+	}
+	at, out := dest{c: s.route}, s.out
+	ahead := -1 // whether a script runs on the shared connection (1), found once
+	var keyBuf [4]string
+	for i, args := range calls {
+		cmd := commandOf(args[0])
+		if cmd.refused {
+			continue
+		}
+		d := dest{addr: s.g.dial.addr}
+		if s.g.cluster != nil {
+			slot, refusal := route(cmd, args, appendKeys(keyBuf[:0], cmd, args))
+			if refusal != nil {
+				continue
+			}
+			d.addr = s.g.cluster.node(slot)
+			d.c = s.g.laneIfOpen(d.addr, s.tenant, proto, 0)
+		} else if d.c = s.shared[proto-2]; d.c != nil {
+			// As target chooses.
+			script := scripts[cmd.name]
+			switch {
+			case out > 0 && at.c == d.c:
+			case out > 0 && !script && at.c != nil && at.c == s.g.laneIfOpen(d.addr, s.tenant, proto, 1):
+				d = at
+			case !script:
+				if ahead < 0 {
+					ahead = 0
+					if d.c.scriptAhead() {
+						ahead = 1
+					}
+				}
+				if ahead == 1 {
+					d.lane, d.c = 1, s.g.laneIfOpen(d.addr, s.tenant, proto, 1)
+				}
+			}
+		}
+		if d.c != nil && d.c.broken() {
+			d.c = nil
+		}
+		same := d.c == at.c && (d.c != nil || d.addr == at.addr && d.lane == at.lane)
+		if out > 0 && !same {
+			return i
+		}
+		at, out = d, out+1
+	}
+	return len(calls)
+}
+
 // FromLoop says Forward's caller is an event loop serving other
 // clients: Forward never reads a reply itself.
 func (s *Session) FromLoop() {
 	s.mu.Lock()
 	s.fromLoop = true
+	s.mu.Unlock()
+}
+
+// LoopCalls says the event loop's goroutine calls Forward (on) until
+// called again (off). Should Forward then wait for the client's replies
+// on another connection (the loop hands it such calls only in a race:
+// Sendable), the loop cannot read them: the connection is read aside.
+func (s *Session) LoopCalls(on bool) {
+	s.mu.Lock()
+	s.loopCalls = on
 	s.mu.Unlock()
 }
 
@@ -410,7 +497,14 @@ func (s *Session) target(pin, script bool, proto int, b *batch, addr string) (*c
 			}
 			s.shared[proto-2] = c
 		}
-		if !script && c.scriptAhead() {
+		// Where the client's replies are awaited, a command follows them
+		// rather than wait for them to switch connection (no script on
+		// the side connection, though).
+		switch {
+		case s.out > 0 && s.route == c:
+		case s.out > 0 && !script && s.route != nil && s.route == s.g.laneIfOpen(addr, s.tenant, proto, 1):
+			c = s.route
+		case !script && c.scriptAhead():
 			// A script runs there: the command goes on the side connection,
 			// so that it gets Redis's answer meanwhile (BUSY once the script
 			// runs too long; SCRIPT KILL reaches Redis), not a wait behind it.
@@ -434,6 +528,11 @@ func (s *Session) settle(b *batch, c *conn) {
 	s.mu.Unlock()
 	b.flush()
 	s.mu.Lock()
+	if s.loopCalls && s.route != nil && s.out > 0 {
+		over := make(chan struct{})
+		defer close(over)
+		s.route.Aside(over)
+	}
 	for s.out > 0 {
 		s.drained.Wait()
 	}

@@ -53,7 +53,7 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 			for j < len(calls) && (s.forwards(c, calls[j]) || strings.EqualFold(calls[j][0], "PING")) {
 				j++
 			}
-			if q.deciding() {
+			if s.forwardWaits(c, calls[i:j]) {
 				c.waits()
 				q.waitUnforwarded()
 			}

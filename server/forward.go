@@ -49,6 +49,13 @@ type Session interface {
 	// FromLoop says Forward's caller is the event loop, which serves
 	// other clients: Forward never waits to read a reply itself.
 	FromLoop()
+	// LoopCalls says the event loop's goroutine calls Forward (on),
+	// until called again (off).
+	LoopCalls(on bool)
+	// Sendable returns how many of calls (Stateless ones) Forward would
+	// send before one that first waits for the client's replies on
+	// another backend connection.
+	Sendable(proto int, calls [][]string) int
 	// NotifySent calls f once the next command forwarded on the session
 	// is written to its backend connection or queued there behind
 	// others (or at once when the session has ended).
@@ -344,14 +351,36 @@ func (s *Server) ask(c *client, args []string) []byte {
 // rlproxy's own, the loop may run other clients' commands without
 // overtaking it.
 func (s *Server) handedBack(c *client, first []string, done func()) {
-	// A forwarded command that waits for an own command's reply first
-	// (an RL.ACQUIRE's) is not sent in arrival order (nor is a Redis
-	// client's command behind its blocking one): the loop need not wait.
-	if s.forwards(c, first) && !c.replies.deciding() {
+	// A forwarded command that waits for an earlier reply first (an
+	// RL.ACQUIRE's, or one on another backend connection) is not sent
+	// in arrival order (nor is a Redis client's command behind its
+	// blocking one): the loop need not wait.
+	if s.forwards(c, first) && !s.forwardWaits(c, [][]string{first}) {
 		if fwd := s.session(c); fwd != nil {
 			fwd.NotifySent(done)
 			return
 		}
 	}
 	done()
+}
+
+// forwardWaits reports whether forwarding calls waits for an earlier
+// reply of the client first: an own command's (an RL.ACQUIRE's), or one
+// awaited on another backend connection than where a call goes.
+func (s *Server) forwardWaits(c *client, calls [][]string) bool {
+	if c.replies.deciding() {
+		return true
+	}
+	// The stateless calls first: a call that pins a connection waits for
+	// the replies on the shared one too, but only a round trip, and the
+	// loop's hold keeps it in arrival order.
+	n := 0
+	for n < len(calls) && s.opts.Forward.Stateless(calls[n]) {
+		n++
+	}
+	if n == 0 {
+		return false
+	}
+	fwd := s.session(c)
+	return fwd != nil && fwd.Sendable(c.proto, calls[:n]) < n
 }

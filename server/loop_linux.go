@@ -46,10 +46,11 @@ const handBackHold = time.Second
 
 // clientLoop is the server's event loop.
 type clientLoop struct {
-	s     *Server
-	loop  *evloop.Loop
-	buf   []byte     // the loop's read buffer
-	calls [][]string // run's plain commands, reused
+	s      *Server
+	loop   *evloop.Loop
+	buf    []byte     // the loop's read buffer
+	calls  [][]string // run's plain commands, reused
+	starts []int      // where each begins in run's bytes
 }
 
 func (s *Server) startLoop() error {
@@ -306,25 +307,25 @@ func (l *clientLoop) run(c *client, b []byte) (used int, why stop) {
 	defer s.drain.busy.Add(-1)
 	q.hold() // the replies of what this read brought go out together
 	defer q.releaseAsync()
-	defer l.send(c)
-	for used < len(b) {
+	for why == stopNone && used < len(b) {
 		args, n, whole := loopCommand(b[used:])
 		switch {
 		case !whole:
-			return used, stopBytes
+			why = stopBytes
 		case n == 0:
-			return used, stopNone // the rest comes with a later read
+			return l.sendOr(c, used, stopNone) // the rest comes with a later read
 		case !c.authed && !preAuthFits(args):
-			return used, stopBytes // the guard refuses it
+			why = stopBytes // the guard refuses it
 		case s.forwards(c, args) && s.opts.Forward.Stateless(args) && !q.deciding():
 			l.calls = append(l.calls, args)
+			l.starts = append(l.starts, used)
+			used += n
 		case s.loopOwns(c, args):
 			// As on the goroutine path, it runs once the commands before
 			// it are answered: here only when they are at once (the
 			// handshake, before any forwarded command).
-			l.send(c)
-			if !q.idle() {
-				return used, stopCommand
+			if at, w := l.sendOr(c, used, stopNone); w != stopNone || !q.idle() {
+				return at, stopCommand
 			}
 			s.stats.loopCommands.Add(1)
 			s.seen(c, args)
@@ -333,25 +334,39 @@ func (l *clientLoop) run(c *client, b []byte) (used int, why stop) {
 				q.add(v, c.proto)
 			}
 			s.opts.Poller.End()
+			used += n
 		default:
-			return used, stopCommand
+			why = stopCommand
 		}
-		used += n
 	}
-	return used, stopNone
+	return l.sendOr(c, used, why)
 }
 
-// send forwards the plain commands run gathered (l.calls, reused: the
-// forward keeps each command's arguments, not the list).
-func (l *clientLoop) send(c *client) {
+// sendOr forwards the plain commands run gathered (l.calls, reused: the
+// forward keeps each command's arguments, not the list) and returns
+// used and why. When one of them must first wait for the client's
+// earlier replies on another backend connection (which the loop itself
+// reads), those before it are forwarded, and it and the rest go to the
+// client's goroutine: sendOr returns where it starts, and stopCommand.
+func (l *clientLoop) sendOr(c *client, used int, why stop) (int, stop) {
 	if len(l.calls) == 0 {
-		return
+		return used, why
 	}
-	l.s.stats.loopCommands.Add(int64(len(l.calls)))
-	l.s.seen(c, l.calls[len(l.calls)-1])
-	l.s.forward(c, l.calls)
+	fwd := l.s.session(c)
+	k := fwd.Sendable(c.proto, l.calls)
+	if k < len(l.calls) {
+		used, why = l.starts[k], stopCommand
+	}
+	if k > 0 {
+		l.s.stats.loopCommands.Add(int64(k))
+		l.s.seen(c, l.calls[k-1])
+		fwd.LoopCalls(true)
+		l.s.forward(c, l.calls[:k])
+		fwd.LoopCalls(false)
+	}
 	clear(l.calls)
-	l.calls = l.calls[:0]
+	l.calls, l.starts = l.calls[:0], l.starts[:0]
+	return used, why
 }
 
 // preAuthFits reports whether a command sent before AUTH is within

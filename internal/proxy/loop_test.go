@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlproxy/rlproxy/config"
+	"github.com/rlproxy/rlproxy/internal/redistest"
 	"github.com/rlproxy/rlproxy/internal/resp"
 )
 
@@ -290,4 +291,55 @@ func TestGatewayLoopReadsOnAfterOwnCommand(t *testing.T) {
 			t.Fatalf("round %d: GET answered %q", i, got)
 		}
 	}
+}
+
+// A client's command that must wait for its earlier replies on another
+// backend connection (a script runs on the shared one, so the command
+// goes on the side connection; in a cluster, another node) is not run
+// by the loop, which reads those replies itself: it would wait for them
+// forever, and every client with it. A GET sent right behind a 200 ms
+// script, and a pipeline over the nodes of a cluster, are answered, and
+// another client is served meanwhile.
+func TestGatewayLoopLeavesWaitsToTheClient(t *testing.T) {
+	script := "local t = redis.call('TIME') while true do local n = redis.call('TIME') " +
+		"if (n[1] - t[1]) * 1000000 + (n[2] - t[2]) > 200000 then return 1 end end"
+	t.Run("script", func(t *testing.T) {
+		h := start(t, passthroughOn, loopOn)
+		r := h.raw(t)
+		r.Steps([][2]string{{"SET k v", "+OK"}})
+		r.Send("EVAL", script, "0")
+		time.Sleep(20 * time.Millisecond) // the script runs
+		r.Send("GET", "k")
+		if got := r.Line(); got != ":1" {
+			t.Fatalf("EVAL answered %q", got)
+		}
+		if got := r.Line() + r.Line(); got != "$1v" {
+			t.Fatalf("GET behind the script answered %q", got)
+		}
+		if got := h.raw(t).Call("GET", "k"); got != "$1" {
+			t.Fatalf("another client's GET answered %q", got)
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cluster := redistest.StartCluster(t, 3)
+		h := startProxy(t, nil, passthroughOn, loopOn, func(c *config.Config) { c.Cluster = cluster.URLs() })
+		r := h.raw(t)
+		var b []byte
+		for i := range 30 {
+			b = resp.AppendCommand(b, "SET", fmt.Sprint("ck:", i), fmt.Sprint(i))
+			b = resp.AppendCommand(b, "GET", fmt.Sprint("ck:", i))
+		}
+		if _, err := r.c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 30 {
+			if got := r.Line(); got != "+OK" {
+				t.Fatalf("SET %d answered %q", i, got)
+			}
+			want := fmt.Sprint(i)
+			if got := r.Line() + r.Line(); got != fmt.Sprintf("$%d%s", len(want), want) {
+				t.Fatalf("GET %d answered %q", i, got)
+			}
+		}
+	})
 }
