@@ -23,14 +23,15 @@ import (
 // the same code as the goroutine path (forward, call, the reply queue).
 // It also reads the shared backend connections (Gateway.ReadInLoop), so
 // that under load a command and its reply cost no goroutine's wake-up.
-// A command it does not run (MULTI, SUBSCRIBE, BLPOP, RL.*) goes, with
+// A command it does not run (MULTI, SUBSCRIBE, BLPOP, INFO, RL.SETRATE) goes, with
 // the whole commands after it, to the client's goroutine (redcon's,
 // which waits in Read), and the loop serves no one else until the first
 // is on its way to Redis (feed), nor reads that client again before its
 // goroutine is done (await): arrival order holds across clients, as
 // Redis's one thread keeps it. Bytes the loop does not parse (an inline
-// or malformed command, a request over loopMaxRequest), or a client that
-// does not take its replies as fast as they come, give the socket back
+// or malformed command, a request over loopMaxRequest), a command decided
+// in batches (RL.ACQUIRE: stopBatch), or a client that does not take its
+// replies as fast as they come, give the socket back
 // to its goroutine for good, with the bytes the loop read ahead: the
 // guard and redcon then judge them as if they had just come.
 
@@ -260,8 +261,7 @@ func (lc *loopConn) disarm() {
 
 // feed gives the whole commands at the start of rest (the first is one
 // the loop does not run) to the client's goroutine and holds the other
-// clients until
-// the first is on its way to Redis: Redis runs commands in the order
+// clients until the first is on its way to Redis: Redis runs commands in the order
 // they came (an UNSUBSCRIBE, then another client's PUBLISH), and the
 // goroutine would otherwise come after commands the loop reads
 // meanwhile. The goroutine says so once that command is written to its
