@@ -115,7 +115,6 @@ func (s *Session) Sendable(proto int, calls [][]string) int {
 		lane int
 	}
 	at, out := dest{c: s.route}, s.out
-	ahead := -1 // whether a script runs on the shared connection (1), found once
 	var keyBuf [4]string
 	for i, args := range calls {
 		cmd := commandOf(args[0])
@@ -131,22 +130,11 @@ func (s *Session) Sendable(proto int, calls [][]string) int {
 			d.addr = s.g.cluster.node(slot)
 			d.c = s.g.laneIfOpen(d.addr, s.tenant, proto, 0)
 		} else if d.c = s.shared[proto-2]; d.c != nil {
-			// As target chooses.
-			script := scripts[cmd.name]
-			switch {
-			case out > 0 && at.c == d.c:
-			case out > 0 && !script && at.c != nil && at.c == s.g.laneIfOpen(d.addr, s.tenant, proto, 1):
+			switch s.lane(d.c, at.c, out, scripts[cmd.name], d.addr, proto) {
+			case followRoute:
 				d = at
-			case !script:
-				if ahead < 0 {
-					ahead = 0
-					if d.c.scriptAhead() {
-						ahead = 1
-					}
-				}
-				if ahead == 1 {
-					d.lane, d.c = 1, s.g.laneIfOpen(d.addr, s.tenant, proto, 1)
-				}
+			case sideLane:
+				d.lane, d.c = 1, s.g.laneIfOpen(d.addr, s.tenant, proto, 1)
 			}
 		}
 		if d.c != nil && d.c.broken() {
@@ -497,17 +485,10 @@ func (s *Session) target(pin, script bool, proto int, b *batch, addr string) (*c
 			}
 			s.shared[proto-2] = c
 		}
-		// Where the client's replies are awaited, a command follows them
-		// rather than wait for them to switch connection (no script on
-		// the side connection, though).
-		switch {
-		case s.out > 0 && s.route == c:
-		case s.out > 0 && !script && s.route != nil && s.route == s.g.laneIfOpen(addr, s.tenant, proto, 1):
+		switch s.lane(c, s.route, s.out, script, addr, proto) {
+		case followRoute:
 			c = s.route
-		case !script && c.scriptAhead():
-			// A script runs there: the command goes on the side connection,
-			// so that it gets Redis's answer meanwhile (BUSY once the script
-			// runs too long; SCRIPT KILL reaches Redis), not a wait behind it.
+		case sideLane:
 			var err error
 			if c, err = s.g.sideConnAt(addr, s.tenant, proto); err != nil {
 				return nil, err
@@ -516,6 +497,33 @@ func (s *Session) target(pin, script bool, proto int, b *batch, addr string) (*c
 	}
 	s.settle(b, c)
 	return c, nil
+}
+
+// Where a call goes among a tenant's shared connections (lane).
+const (
+	sharedLane  = iota // the shared connection
+	followRoute        // the connection the client's replies are awaited on
+	sideLane           // the side connection
+)
+
+// lane chooses, on a standalone backend, where a call goes given the
+// tenant's shared connection c and the client's route (out replies
+// awaited there); s.mu held. Where replies are awaited the call follows
+// them rather than wait for them to switch connection (a script never
+// goes on the side connection, though). Else, while a script runs on c,
+// it goes on the side connection, so that it gets Redis's answer
+// meanwhile (BUSY once the script runs too long; SCRIPT KILL reaches
+// Redis), not a wait behind it.
+func (s *Session) lane(c, route *conn, out int, script bool, addr string, proto int) int {
+	switch {
+	case out > 0 && route == c:
+		return followRoute
+	case out > 0 && !script && route != nil && route == s.g.laneIfOpen(addr, s.tenant, proto, 1):
+		return followRoute
+	case !script && c.scriptAhead():
+		return sideLane
+	}
+	return sharedLane
 }
 
 // settle waits for the replies awaited from another connection than c

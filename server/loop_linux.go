@@ -357,7 +357,7 @@ func (l *clientLoop) run(c *client, b []byte) (used int, why stop) {
 			}
 			s.opts.Poller.End()
 			used += n
-		case s.table.Lookup(args[0]) != nil && s.table.Lookup(args[0]).Batch != nil:
+		case s.batchable(c, args) != nil:
 			why = stopBatch
 		default:
 			why = stopCommand

@@ -31,6 +31,29 @@ func loopCommands(t *testing.T, h *harness) int {
 	return n
 }
 
+// setGetPipeline writes n SETs of key+i to value+i, each followed by its
+// GET, in one write, and checks the replies in order.
+func setGetPipeline(t *testing.T, r *raw, n int, key, value string) {
+	t.Helper()
+	var pipe []byte
+	for i := range n {
+		pipe = resp.AppendCommand(pipe, "SET", fmt.Sprint(key, i), fmt.Sprint(value, i))
+		pipe = resp.AppendCommand(pipe, "GET", fmt.Sprint(key, i))
+	}
+	if _, err := r.c.Write(pipe); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if got := r.Line(); got != "+OK" {
+			t.Fatalf("SET %d: %q", i, got)
+		}
+		want := fmt.Sprint(value, i)
+		if got := r.Line() + r.Line(); got != fmt.Sprintf("$%d%s", len(want), want) {
+			t.Fatalf("GET %d: %q", i, got)
+		}
+	}
+}
+
 // The loop serves plain commands itself: a pipeline in one write, and a
 // command cut into one-byte writes (its parts come in many reads), are
 // answered in order, and every one of them was run by the loop.
@@ -38,22 +61,7 @@ func TestGatewayLoopPipelinesAndPieces(t *testing.T) {
 	h := start(t, passthroughOn, loopOn)
 	before := loopCommands(t, h)
 	r := h.raw(t)
-	var pipe []byte
-	for i := range 50 {
-		pipe = resp.AppendCommand(pipe, "SET", fmt.Sprint("k", i), fmt.Sprint("v", i))
-		pipe = resp.AppendCommand(pipe, "GET", fmt.Sprint("k", i))
-	}
-	if _, err := r.c.Write(pipe); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 50 {
-		if got := r.Line(); got != "+OK" {
-			t.Fatalf("SET %d: %q", i, got)
-		}
-		if got := r.Line() + r.Line(); got != fmt.Sprintf("$%d%s", len(fmt.Sprint("v", i)), fmt.Sprint("v", i)) {
-			t.Fatalf("GET %d: %q", i, got)
-		}
-	}
+	setGetPipeline(t, r, 50, "k", "v")
 	cmd := resp.AppendCommand(nil, "APPEND", "k0", "-tail")
 	for i := range cmd {
 		if _, err := r.c.Write(cmd[i : i+1]); err != nil {
@@ -323,24 +331,7 @@ func TestGatewayLoopLeavesWaitsToTheClient(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		cluster := redistest.StartCluster(t, 3)
 		h := startProxy(t, nil, passthroughOn, loopOn, func(c *config.Config) { c.Cluster = cluster.URLs() })
-		r := h.raw(t)
-		var b []byte
-		for i := range 30 {
-			b = resp.AppendCommand(b, "SET", fmt.Sprint("ck:", i), fmt.Sprint(i))
-			b = resp.AppendCommand(b, "GET", fmt.Sprint("ck:", i))
-		}
-		if _, err := r.c.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		for i := range 30 {
-			if got := r.Line(); got != "+OK" {
-				t.Fatalf("SET %d answered %q", i, got)
-			}
-			want := fmt.Sprint(i)
-			if got := r.Line() + r.Line(); got != fmt.Sprintf("$%d%s", len(want), want) {
-				t.Fatalf("GET %d answered %q", i, got)
-			}
-		}
+		setGetPipeline(t, h.raw(t), 30, "ck:", "")
 	})
 }
 
