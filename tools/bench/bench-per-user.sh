@@ -9,12 +9,18 @@
 # BENCH_BEFORE names a binary, that rlproxy: interleaved, on the same
 # Redis. Prints per row the median throughput, its ratio to direct, and
 # Redis CPU µs per decision. Knobs: BENCH_ROUNDS (3), BENCH_SECONDS (4),
-# BENCH_BEFORE (an rlproxy binary), BENCH_OUT (bench-results).
+# BENCH_BEFORE (an rlproxy binary), BENCH_OUT (bench-results),
+# BENCH_RATE and BENCH_INTERVAL (each name's limit, for direct and the
+# policy alike: 1000000000 per 1s by default, so a name's state is
+# spent almost at once and made again at its next request; 1000 per 1h
+# keeps every name's state, as real per-user limits do).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 ROUNDS=${BENCH_ROUNDS:-3}
 SECS=${BENCH_SECONDS:-4}
+RATE=${BENCH_RATE:-1000000000}
+INTERVAL=${BENCH_INTERVAL:-1s}
 GO=${GO:-go}
 OUT=${BENCH_OUT:-bench-results}/per-user-$(date +%Y%m%d-%H%M%S)
 work=$(mktemp -d "${TMPDIR:-/tmp}/rlbench.XXXXXX")
@@ -56,19 +62,19 @@ for m in "${modes[@]}"; do
 	wait_ready "${port[$m]}"
 done
 
-say "$me: $(nproc) CPUs, load average $(cut -d' ' -f1 /proc/loadavg); Redis capped at 10% of a core"
+say "$me: $(nproc) CPUs, load average $(cut -d' ' -f1 /proc/loadavg); Redis capped at 10% of a core; each name $RATE per $INTERVAL"
 for p in 1 16; do
 	for round in $(seq "$ROUNDS"); do
 		for m in "${modes[@]}"; do
 			name=capped-policy-p$p-$m
 			args=(--addr "127.0.0.1:$R" --mode direct)
 			if [ "$m" != direct ]; then
-				redis-cli -p "${port[$m]}" RL.POLICY SET "bench:$name:*" 1000000000 1s >/dev/null
+				redis-cli -p "${port[$m]}" RL.POLICY SET "bench:$name:*" "$RATE" "$INTERVAL" >/dev/null
 				args=(--addr "127.0.0.1:${port[$m]}" --mode rlproxy --stats-proxy "127.0.0.1:${port[$m]}" --proxy-pid "${pid[$m]}")
 			fi
 			"$work/rlbench" "${args[@]}" --stats-redis "127.0.0.1:$R" --scenario "$name" --round "$round" \
 				--key-prefix "bench:$name:" --duration "${SECS}s" --conns 50 --pipeline "$p" --keys 10000 \
-				--setup=false --out "$OUT/$name-r$round.json" >/dev/null
+				--rate "$RATE" --interval "$INTERVAL" --setup=false --out "$OUT/$name-r$round.json" >/dev/null
 		done
 	done
 done
