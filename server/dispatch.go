@@ -53,10 +53,12 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 			for j < len(calls) && (s.forwards(c, calls[j]) || strings.EqualFold(calls[j][0], "PING")) {
 				j++
 			}
-			if s.forwardWaits(c, calls[i:j]) {
+			// Only the loop needs to know ahead that the forward waits
+			// (Sendable routes every call: not for every client).
+			if c.willWait != nil && s.forwardWaits(c, calls[i:j]) {
 				c.waits()
-				q.waitUnforwarded()
 			}
+			q.waitUnforwarded()
 			s.forward(c, calls[i:j])
 			i = j
 			continue

@@ -357,7 +357,7 @@ func TestGatewayLoopGivesBackUnderLoad(t *testing.T) {
 					errs <- fmt.Errorf("request %d: %q, %v", i, line, err)
 					return
 				}
-				for range 4 { // *4, then its 4 integers
+				for range 4 { // its 4 integers
 					if _, err = r.r.ReadString('\n'); err != nil {
 						errs <- fmt.Errorf("request %d: %v", i, err)
 						return
